@@ -1,0 +1,33 @@
+# rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
+#   make demo   build everything, boot the test VM, show rrxe0 working
+#   make test   all tests: host (cargo) and VM
+.PHONY: all build demo test test-host test-vm bench deps kernel clean
+
+all: build
+
+deps:
+	scripts/deps.sh
+
+kernel: deps
+	scripts/build-kernel
+
+build:
+	scripts/build
+
+demo: build
+	scripts/vm-run -- $(CURDIR)/scripts/demo
+
+test-host:
+	scripts/deps.sh
+	scripts/test-host
+
+test-vm: build
+	tests/vm/run-all
+
+test: build
+	scripts/test-host
+	tests/vm/run-all
+
+clean:
+	-[ -f build/kdir ] && $(MAKE) -C "$$(cat build/kdir)" LLVM=1 M=$(CURDIR) clean
+	rm -rf build target

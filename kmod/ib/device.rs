@@ -1,0 +1,492 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `ib_device`: allocation, registration, the ops vtable and the per-driver device registry.
+//!
+//! Memory model (the `drm::Device` pattern applied to ib_core): ib_core allocates one block per
+//! device with `_ib_alloc_device(size_of::<Device<T>>())`; the `ib_device` sits at offset 0 and
+//! the Rust fields follow. The block is freed by ib_core after `ops.dealloc_driver`, which drops
+//! the Rust fields. With `dealloc_driver` set ("new flow"), every unregistration path
+//! (`rdma link delete`, a vanishing netdev, module exit) also deallocates.
+//!
+//! A driver id of `RDMA_DRIVER_UNKNOWN` is shared with every out-of-tree driver, so ib_core's
+//! per-driver helpers (`ib_unregister_driver`, `ib_device_get_by_netdev`) would hit foreign
+//! devices. [`Registry`] is our own list instead.
+
+use super::bindings as b;
+use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
+use super::udata::Udata;
+use core::{
+    mem::{size_of, MaybeUninit},
+    ptr::{self, addr_of_mut},
+};
+use kernel::{
+    error::{from_result, to_result},
+    new_mutex,
+    prelude::*,
+    rbtree::RBTree,
+    sync::{Arc, Mutex},
+    types::{Opaque, ScopeGuard},
+    ThisModule,
+};
+
+/// Plain-data attribute structs the driver fills in (no pointers inside).
+pub(crate) type DeviceAttr = b::ib_device_attr;
+/// See [`DeviceAttr`].
+pub(crate) type PortAttr = b::ib_port_attr;
+
+/// Port facts that never change while the device exists.
+pub(crate) struct PortImmutable {
+    pub(crate) pkey_tbl_len: i32,
+    pub(crate) gid_tbl_len: i32,
+    pub(crate) core_cap_flags: u32,
+    pub(crate) max_mad_size: u32,
+}
+
+/// Static identity of a device, set before registration.
+pub(crate) struct DeviceIdentity {
+    pub(crate) node_guid_be: [u8; 8],
+    pub(crate) node_desc: &'static [u8],
+    pub(crate) phys_port_cnt: u32,
+    pub(crate) num_comp_vectors: u32,
+    pub(crate) uverbs_abi_ver: u32,
+}
+
+/// An RDMA device driver: the callbacks of `struct ib_device_ops` rrxe implements.
+///
+/// Each method runs in process context, may sleep, and is never called after the device's
+/// unregistration finished.
+pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
+    /// Per-device driver state, embedded in the ib_core allocation.
+    type Data: Send + Sync;
+    /// Per-`ib_ucontext` driver state.
+    type Context: Send + Sync;
+
+    /// `query_device`; `udata` is the driver-private part of the request, if any.
+    fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr, udata: Option<&Udata>) -> Result;
+    /// `query_port`; `attr` arrives zeroed.
+    fn query_port(dev: &Device<Self>, port: u32, attr: &mut PortAttr) -> Result;
+    /// `get_port_immutable`.
+    fn port_immutable(dev: &Device<Self>, port: u32) -> Result<PortImmutable>;
+    /// `query_pkey`: the P_Key at `index`.
+    fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
+    /// `alloc_ucontext`: a process opened the device.
+    fn alloc_ucontext(dev: &Device<Self>, udata: &Udata) -> Result<Self::Context>;
+    /// `mmap` on the uverbs file: `pgoff` selects what to map.
+    fn mmap(dev: &Device<Self>, ctx: &Self::Context, pgoff: u64, len: u64) -> Result;
+    /// The bound netdev changed state (up/down, carrier, MTU). Called under RTNL.
+    fn link_changed(dev: &Device<Self>);
+}
+
+/// An `ib_device` owned by ib_core with driver `T`'s data embedded.
+///
+/// # Invariants
+///
+/// - `ibdev` is at offset 0 of a block allocated by `_ib_alloc_device(size_of::<Self>())`.
+/// - All other fields are initialised before `ops.dealloc_driver` is installed, and are
+///   dropped exactly once, by `dealloc_driver`.
+#[repr(C)]
+pub(crate) struct Device<T: IbDriver> {
+    ibdev: Opaque<b::ib_device>,
+    netdev: NetDevRef,
+    registry: Arc<Registry<T>>,
+    data: T::Data,
+}
+
+
+// SAFETY: ib_core calls into a device from any thread; the Rust fields are `Send + Sync`.
+unsafe impl<T: IbDriver> Send for Device<T> {}
+// SAFETY: as above; shared access goes through `&self` methods that are thread-safe.
+unsafe impl<T: IbDriver> Sync for Device<T> {}
+
+impl<T: IbDriver> Device<T> {
+    /// # Safety
+    ///
+    /// `ptr` must be an `ib_device` created by [`Device::<T>::register`] whose `dealloc_driver`
+    /// has not run yet, and it must stay that way for `'a`.
+    unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
+        // SAFETY: by the type invariant `ibdev` is at offset 0; the caller guarantees validity.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    fn as_raw(&self) -> *mut b::ib_device {
+        self.ibdev.get()
+    }
+
+    /// The driver's per-device data.
+    pub(crate) fn data(&self) -> &T::Data {
+        &self.data
+    }
+
+    /// The netdev this device is bound to (a reference is held while the device exists).
+    pub(crate) fn netdev(&self) -> &NetDev {
+        &self.netdev
+    }
+
+    /// The device name as registered (`rrxe0`, ...).
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: `dev_name` of a live device returns its NUL-terminated kobject name, which
+        // lives as long as the device.
+        unsafe {
+            let name = b::dev_name(ptr::addr_of!((*self.as_raw()).dev));
+            CStr::from_char_ptr(name)
+        }
+    }
+
+    /// Link speed and width for `port`, from the netdev's ethtool settings (takes RTNL).
+    pub(crate) fn eth_speed(&self, port: u32) -> Result<(u16, u8)> {
+        let (mut speed, mut width) = (0u16, 0u8);
+        // SAFETY: the device is alive; the out-pointers are valid locals.
+        to_result(unsafe { b::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        Ok((speed, width))
+    }
+
+    /// Reports a port state change to ib_core's event handlers.
+    pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
+        let mut ev = b::ib_event::default();
+        ev.device = self.as_raw();
+        ev.element.port_num = port;
+        ev.event = if active {
+            b::ib_event_type_IB_EVENT_PORT_ACTIVE
+        } else {
+            b::ib_event_type_IB_EVENT_PORT_ERR
+        };
+        // SAFETY: `ev` is a fully initialised event for this live device.
+        unsafe { b::ib_dispatch_event(&ev) };
+    }
+
+    /// Allocates, registers and publishes a device named `name` on `netdev`.
+    ///
+    /// Fails with `EEXIST` when `netdev` already carries an RDMA device (ours or another
+    /// driver's). Once this returns `Ok`, the device belongs to ib_core and the registry.
+    pub(crate) fn register(
+        registry: &Arc<Registry<T>>,
+        name: &CStr,
+        netdev: &NetDev,
+        id: &DeviceIdentity,
+        data: impl PinInit<T::Data, Error>,
+    ) -> Result {
+        // Refuse a netdev that any driver already uses (the same UDP port cannot serve two).
+        // SAFETY: `netdev` is alive; a returned device carries a reference we drop at once.
+        let other = unsafe { b::ib_device_get_by_netdev(netdev.as_raw(), b::rdma_driver_id_RDMA_DRIVER_UNKNOWN) };
+        if !other.is_null() {
+            // SAFETY: `other` was returned with a reference held for us.
+            unsafe { b::ib_device_put(other) };
+            return Err(EEXIST);
+        }
+
+        // SAFETY: `_ib_alloc_device` accepts any size >= sizeof(struct ib_device).
+        let raw = unsafe { b::_ib_alloc_device(size_of::<Self>()) };
+        if raw.is_null() {
+            return Err(ENOMEM);
+        }
+        let this = raw.cast::<Self>();
+
+        // SAFETY: `data` is a field of the fresh, zeroed, never-moving allocation, so it is
+        // valid for a pinned in-place initialisation.
+        if let Err(e) = unsafe { data.__pinned_init(addr_of_mut!((*this).data)) } {
+            // SAFETY: no ops are installed yet, so this only frees ib_core's own state.
+            unsafe { b::ib_dealloc_device(raw) };
+            return Err(e);
+        }
+        // SAFETY: the fields are valid for writes and not initialised yet.
+        unsafe {
+            addr_of_mut!((*this).netdev).write(NetDevRef::new(netdev));
+            addr_of_mut!((*this).registry).write(registry.clone());
+        }
+        // INVARIANT: every Rust field is initialised; `dealloc_driver` is installed next.
+        let mut ops = Self::ops(registry.module, id.uverbs_abi_ver);
+        // SAFETY: `raw` is a live, unregistered device that we own exclusively until
+        // registration; `ib_set_device_ops` copies `ops`.
+        unsafe {
+            b::ib_set_device_ops(raw, &mut ops);
+            (*raw).node_type = b::rdma_node_type_RDMA_NODE_IB_CA as u8;
+            (*raw).phys_port_cnt = id.phys_port_cnt;
+            (*raw).num_comp_vectors = id.num_comp_vectors as i32;
+            (*raw).node_guid = u64::from_ne_bytes(id.node_guid_be);
+            let desc = &mut (*raw).node_desc;
+            for (d, s) in desc.iter_mut().zip(id.node_desc.iter().take(desc.len() - 1)) {
+                *d = *s as _;
+            }
+        }
+        // From here on a failure hands the device back to ib_core, which calls
+        // `dealloc_driver` and so drops the fields written above.
+        // SAFETY: the device is not registered, so it is ours to free.
+        let dealloc = ScopeGuard::new(|| unsafe { b::ib_dealloc_device(raw) });
+
+        registry.insert(this as usize, netdev.key())?;
+        // SAFETY: `raw` and `netdev` are alive; port 1 exists (`phys_port_cnt` >= 1).
+        to_result(unsafe { b::ib_device_set_netdev(raw, netdev.as_raw(), 1) })?;
+        // SAFETY: the device is fully set up; a NULL DMA device means "no DMA" (software).
+        to_result(unsafe { b::ib_register_device(raw, name.as_char_ptr(), ptr::null_mut()) })?;
+        dealloc.dismiss();
+        // Registered: from now on only the registry may reach the device.
+        registry.mark_registered(this as usize, netdev);
+        Ok(())
+    }
+
+    fn ops(module: &'static ThisModule, uverbs_abi_ver: u32) -> b::ib_device_ops {
+        let mut ops = b::ib_device_ops::default();
+        ops.owner = module.as_ptr().cast();
+        ops.driver_id = b::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
+        ops.uverbs_abi_ver = uverbs_abi_ver;
+        ops.size_ib_ucontext = size_of::<Ucontext<T>>();
+        ops.device_group = super::sysfs::device_group();
+        ops.dealloc_driver = Some(Self::dealloc_driver_callback);
+        ops.query_device = Some(Self::query_device_callback);
+        ops.query_port = Some(Self::query_port_callback);
+        ops.get_port_immutable = Some(Self::get_port_immutable_callback);
+        ops.get_link_layer = Some(Self::get_link_layer_callback);
+        ops.query_pkey = Some(Self::query_pkey_callback);
+        ops.alloc_ucontext = Some(Self::alloc_ucontext_callback);
+        ops.dealloc_ucontext = Some(Self::dealloc_ucontext_callback);
+        ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
+        ops.mmap = Some(Self::mmap_callback);
+        ops
+    }
+
+    /// # Safety
+    ///
+    /// Called once by ib_core, for a device created by `register`, before freeing it.
+    unsafe extern "C" fn dealloc_driver_callback(ibdev: *mut b::ib_device) {
+        let this = ibdev.cast::<Self>();
+        // SAFETY: the fields are initialised (type invariant) and this is the only drop.
+        unsafe {
+            (*this).registry.remove(this as usize);
+            ptr::drop_in_place(addr_of_mut!((*this).data));
+            ptr::drop_in_place(addr_of_mut!((*this).netdev));
+            ptr::drop_in_place(addr_of_mut!((*this).registry));
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a live device and valid pointers.
+    unsafe extern "C" fn query_device_callback(
+        ibdev: *mut b::ib_device,
+        attr: *mut b::ib_device_attr,
+        udata: *mut b::ib_udata,
+    ) -> i32 {
+        from_result(|| {
+            // SAFETY: ib_core passes a live device, a writable attr and an optional udata.
+            let (dev, attr, udata) = unsafe { (Self::from_raw(ibdev), &mut *attr, Udata::from_raw(udata)) };
+            T::query_device(dev, attr, udata.as_ref())?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a live device and a writable attr.
+    unsafe extern "C" fn query_port_callback(ibdev: *mut b::ib_device, port: u32, attr: *mut b::ib_port_attr) -> i32 {
+        from_result(|| {
+            // SAFETY: as documented above.
+            let (dev, attr) = unsafe { (Self::from_raw(ibdev), &mut *attr) };
+            T::query_port(dev, port, attr)?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a live device and a writable `immutable`.
+    unsafe extern "C" fn get_port_immutable_callback(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        immutable: *mut b::ib_port_immutable,
+    ) -> i32 {
+        from_result(|| {
+            // SAFETY: as documented above.
+            let (dev, out) = unsafe { (Self::from_raw(ibdev), &mut *immutable) };
+            let imm = T::port_immutable(dev, port)?;
+            out.pkey_tbl_len = imm.pkey_tbl_len;
+            out.gid_tbl_len = imm.gid_tbl_len;
+            out.core_cap_flags = imm.core_cap_flags;
+            out.max_mad_size = imm.max_mad_size;
+            Ok(0)
+        })
+    }
+
+    extern "C" fn get_link_layer_callback(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
+        b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a live device and a writable `pkey`.
+    unsafe extern "C" fn query_pkey_callback(ibdev: *mut b::ib_device, port: u32, index: u16, pkey: *mut u16) -> i32 {
+        from_result(|| {
+            // SAFETY: as documented above.
+            let dev = unsafe { Self::from_raw(ibdev) };
+            let value = T::query_pkey(dev, port, index)?;
+            // SAFETY: as documented above.
+            unsafe { pkey.write(value) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by uverbs with a zeroed `Ucontext<T>` block (`size_ib_ucontext`) whose `device`
+    /// is set, and the command's udata.
+    unsafe extern "C" fn alloc_ucontext_callback(uctx: *mut b::ib_ucontext, udata: *mut b::ib_udata) -> i32 {
+        from_result(|| {
+            // SAFETY: as documented above.
+            let dev = unsafe { Self::from_raw((*uctx).device) };
+            // SAFETY: as documented above.
+            let udata = unsafe { Udata::from_raw(udata) }.ok_or(EINVAL)?;
+            let ctx = T::alloc_ucontext(dev, &udata)?;
+            // SAFETY: `uctx` is the `ibuc` field at offset 0 of a `Ucontext<T>`; `ctx` is
+            // uninitialised and written once here.
+            unsafe { (*uctx.cast::<Ucontext<T>>()).ctx.write(ctx) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by uverbs once, for a context whose `alloc_ucontext` succeeded.
+    unsafe extern "C" fn dealloc_ucontext_callback(uctx: *mut b::ib_ucontext) {
+        // SAFETY: `ctx` was initialised by `alloc_ucontext_callback` and is dropped only here.
+        unsafe { (*uctx.cast::<Ucontext<T>>()).ctx.assume_init_drop() };
+    }
+
+    /// Device removal with the context still open: rrxe keeps no hardware state behind a
+    /// context, and uverbs destroys the context's objects and mappings itself, so there is
+    /// nothing to detach.
+    extern "C" fn disassociate_ucontext_callback(_uctx: *mut b::ib_ucontext) {}
+
+    /// # Safety
+    ///
+    /// Called by uverbs with a live context and the caller's new VMA.
+    unsafe extern "C" fn mmap_callback(uctx: *mut b::ib_ucontext, vma: *mut b::vm_area_struct) -> i32 {
+        from_result(|| {
+            // SAFETY: as documented above; the context was fully allocated.
+            let (dev, ctx, pgoff, len) = unsafe {
+                let vma = &*vma;
+                (
+                    Self::from_raw((*uctx).device),
+                    (*uctx.cast::<Ucontext<T>>()).ctx.assume_init_ref(),
+                    vma.__bindgen_anon_2.__bindgen_anon_1.vm_pgoff as u64,
+                    (vma.__bindgen_anon_1.__bindgen_anon_1.vm_end - vma.__bindgen_anon_1.__bindgen_anon_1.vm_start) as u64,
+                )
+            };
+            T::mmap(dev, ctx, pgoff, len)?;
+            Ok(0)
+        })
+    }
+}
+
+/// A user context: `ib_ucontext` (allocated by uverbs, `size_ib_ucontext` bytes) with the
+/// driver's context after it.
+#[repr(C)]
+struct Ucontext<T: IbDriver> {
+    ibuc: Opaque<b::ib_ucontext>,
+    ctx: MaybeUninit<T::Context>,
+}
+
+/// What the registry knows of one device.
+struct Entry {
+    netdev: usize,
+    registered: bool,
+}
+
+/// The list of devices of driver `T` (see the module documentation).
+///
+/// # Invariants
+///
+/// A key in `devices` is the address of a `Device<T>` whose `dealloc_driver` has not finished:
+/// the entry is removed by `dealloc_driver`, under the lock, before the memory is released.
+#[pin_data]
+pub(crate) struct Registry<T: IbDriver> {
+    #[pin]
+    devices: Mutex<RBTree<usize, Entry>>,
+    module: &'static ThisModule,
+    _driver: core::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: IbDriver> Registry<T> {
+    /// An empty registry whose devices will be owned by `module`.
+    pub(crate) fn new(module: &'static ThisModule) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                devices <- new_mutex!(RBTree::new(), "rrxe:devices"),
+                module,
+                _driver: core::marker::PhantomData,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn insert(&self, dev: usize, netdev: usize) -> Result {
+        let mut devices = self.devices.lock();
+        if devices.values().any(|e| e.netdev == netdev) {
+            return Err(EEXIST);
+        }
+        devices.try_create_and_insert(dev, Entry { netdev, registered: false }, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    fn mark_registered(&self, dev: usize, netdev: &NetDev) {
+        let mut devices = self.devices.lock();
+        if let Some(e) = devices.get_mut(&dev) {
+            e.registered = true;
+            // The netdev may have started unregistering while we registered; its notifier
+            // skipped us then, so catch up now.
+            // SAFETY: `netdev` is alive (borrowed); `reg_state` is a plain enum field.
+            let reg_state = unsafe { ptr::read_volatile(ptr::addr_of!((*netdev.as_raw()).reg_state)) };
+            if reg_state as u32 != b::netdev_reg_state_NETREG_REGISTERED {
+                // SAFETY: by the type invariant `dev` is alive (its entry is present, lock held)
+                // and it is registered.
+                unsafe { b::ib_unregister_device_queued(dev as *mut b::ib_device) };
+            }
+        }
+    }
+
+    fn remove(&self, dev: usize) {
+        self.devices.lock().remove(&dev);
+    }
+
+    /// Unregisters (and so deallocates) every device, waiting for unregistrations already in
+    /// progress elsewhere. Used at module exit, after new links can no longer be added.
+    pub(crate) fn unregister_all(&self) {
+        loop {
+            let raw = {
+                let devices = self.devices.lock();
+                let Some((&dev, _)) = devices.iter().next() else {
+                    return;
+                };
+                let raw = dev as *mut b::ib_device;
+                // SAFETY: by the type invariant `raw` is alive while its entry is present and
+                // the lock is held; the device reference keeps the memory alive after that.
+                unsafe { b::get_device(ptr::addr_of_mut!((*raw).dev)) };
+                raw
+            };
+            // SAFETY: we hold a device reference. `ib_unregister_device` serialises with any
+            // concurrent unregistration and, for a device already unregistered, does nothing;
+            // either way `dealloc_driver` has removed the entry when it returns.
+            unsafe {
+                b::ib_unregister_device(raw);
+                b::put_device(ptr::addr_of_mut!((*raw).dev));
+            }
+        }
+    }
+}
+
+impl<T: IbDriver> NetdevHandler for Arc<Registry<T>> {
+    fn event(&self, netdev: &NetDev, event: NetdevEvent) {
+        let devices = self.devices.lock();
+        for (&dev, entry) in devices.iter() {
+            if entry.netdev != netdev.key() || !entry.registered {
+                continue;
+            }
+            let raw = dev as *mut b::ib_device;
+            match event {
+                // SAFETY: by the type invariant the device is alive while the lock is held, and
+                // `registered` says ib_core knows it. ib_core unregisters (and deallocates) it
+                // from its own workqueue, since RTNL is held here.
+                NetdevEvent::Unregister => unsafe { b::ib_unregister_device_queued(raw) },
+                // SAFETY: as above; the device is live and fully initialised.
+                NetdevEvent::LinkChange => T::link_changed(unsafe { Device::<T>::from_raw(raw) }),
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The abstraction layer: safe Rust types over ib_core and the netdev core.
+//!
+//! This directory is the only place in rrxe with `unsafe` code. It turns C callbacks into calls
+//! of the [`device::IbDriver`] and [`link::LinkDriver`] traits through `extern "C"` trampolines,
+//! owns the lifetime rules of the C objects (who allocates, who frees, which references are
+//! held) and states each rule where it is relied on (`// SAFETY:` / `// INVARIANT:`). The driver
+//! in `verbs/` is written against these types in safe Rust.
+
+pub(crate) mod bindings;
+pub(crate) mod device;
+pub(crate) mod link;
+pub(crate) mod netdev;
+pub(crate) mod sysfs;
+pub(crate) mod udata;

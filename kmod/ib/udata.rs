@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Driver-private command and response buffers (`struct ib_udata`).
+
+use super::bindings as b;
+use crate::uapi;
+use core::mem::size_of;
+use kernel::{
+    prelude::*,
+    types::{AsBytes, FromBytes},
+    uaccess::UserSlice,
+};
+
+/// The user buffers of one verb call. Each buffer is read or written at most once per call
+/// (no double fetch).
+pub(crate) struct Udata {
+    inbuf: usize,
+    inlen: usize,
+    outbuf: usize,
+    outlen: usize,
+}
+
+impl Udata {
+    /// # Safety
+    ///
+    /// `udata` must be NULL or point to an `ib_udata` valid for the duration of the call.
+    pub(crate) unsafe fn from_raw(udata: *mut b::ib_udata) -> Option<Self> {
+        if udata.is_null() {
+            return None;
+        }
+        // SAFETY: non-null and valid per the caller.
+        let u = unsafe { &*udata };
+        Some(Udata {
+            inbuf: u.inbuf as usize,
+            inlen: u.inlen,
+            outbuf: u.outbuf as usize,
+            outlen: u.outlen,
+        })
+    }
+
+    /// Bytes the caller sent.
+    pub(crate) fn inlen(&self) -> usize {
+        self.inlen
+    }
+
+    /// Bytes the caller can receive.
+    pub(crate) fn outlen(&self) -> usize {
+        self.outlen
+    }
+
+    /// Reads the command. A shorter command (an older provider) leaves the remaining fields
+    /// zero; a longer one must carry only zeros past what we know, else `EOPNOTSUPP`.
+    pub(crate) fn read_cmd<T: FromBytes + AsBytes + Default>(&self) -> Result<T> {
+        let mut cmd = T::default();
+        let known = size_of::<T>().min(self.inlen);
+        let mut reader = UserSlice::new(self.inbuf, self.inlen).reader();
+        // SAFETY: `T: FromBytes + AsBytes` means any byte pattern is a valid `T` and `T` has no
+        // padding, so viewing it as bytes and overwriting a prefix is sound.
+        let bytes = unsafe { core::slice::from_raw_parts_mut((&mut cmd as *mut T).cast::<u8>(), size_of::<T>()) };
+        reader.read_slice(&mut bytes[..known])?;
+        let mut rest = self.inlen - known;
+        let mut chunk = [0u8; 32];
+        while rest > 0 {
+            let n = rest.min(chunk.len());
+            reader.read_slice(&mut chunk[..n])?;
+            if chunk[..n].iter().any(|&c| c != 0) {
+                return Err(EOPNOTSUPP);
+            }
+            rest -= n;
+        }
+        Ok(cmd)
+    }
+
+    /// Writes the response, truncated to what the caller can receive.
+    pub(crate) fn respond<T: AsBytes>(&self, resp: &T) -> Result {
+        let n = size_of::<T>().min(self.outlen);
+        // SAFETY: `T: AsBytes` has no padding or interior mutability, so its bytes are
+        // initialised and may be read as a slice.
+        let bytes = unsafe { core::slice::from_raw_parts((resp as *const T).cast::<u8>(), size_of::<T>()) };
+        UserSlice::new(self.outbuf, self.outlen).writer().write_slice(&bytes[..n])
+    }
+}
+
+// SAFETY: plain `#[repr(C)]` structs of `u32`s with no padding (sizes pinned in the uapi file):
+// every byte pattern is valid and every byte is initialised.
+unsafe impl FromBytes for uapi::AllocUcontextCmd {}
+// SAFETY: as above.
+unsafe impl AsBytes for uapi::AllocUcontextCmd {}
+// SAFETY: as above.
+unsafe impl FromBytes for uapi::AllocUcontextResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for uapi::AllocUcontextResp {}

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Device limits: what `query_device` reports and what the verbs enforce.
+//!
+//! One table, so the advertised numbers and the checks cannot drift apart.
+
+/// Queue pairs per device.
+pub const MAX_QP: u32 = 16 * 1024;
+/// Work requests per send or receive queue.
+pub const MAX_QP_WR: u32 = 16 * 1024;
+/// Scatter/gather entries per send or receive WR.
+pub const MAX_SGE: u32 = 32;
+/// Scatter/gather entries per RDMA READ WR.
+pub const MAX_SGE_RD: u32 = 32;
+/// Completion queues per device.
+pub const MAX_CQ: u32 = 16 * 1024;
+/// Entries per completion queue (the ring has `MAX_CQE + 1` slots, a power of two).
+pub const MAX_CQE: u32 = 32 * 1024 - 1;
+/// Memory regions per device.
+pub const MAX_MR: u32 = 64 * 1024;
+/// Largest memory region, in bytes.
+pub const MAX_MR_SIZE: u64 = 1 << 40;
+/// Protection domains per device.
+pub const MAX_PD: u32 = 64 * 1024;
+/// Outstanding RDMA READ/atomic requests a QP may initiate.
+pub const MAX_QP_INIT_RD_ATOM: u32 = 16;
+/// Outstanding RDMA READ/atomic requests a QP may accept as responder.
+pub const MAX_QP_RD_ATOM: u32 = 16;
+/// Responder resources for the whole device.
+pub const MAX_RES_RD_ATOM: u32 = MAX_QP_RD_ATOM * MAX_QP;
+/// Shared receive queues per device.
+pub const MAX_SRQ: u32 = 4 * 1024;
+/// Work requests per SRQ.
+pub const MAX_SRQ_WR: u32 = 16 * 1024;
+/// Scatter/gather entries per SRQ WR.
+pub const MAX_SRQ_SGE: u32 = 32;
+/// Address handles per device.
+pub const MAX_AH: u32 = 64 * 1024;
+/// Bytes of inline data a send WR may carry.
+pub const MAX_INLINE_DATA: u32 = 256;
+/// Entries in the P_Key table.
+pub const PKEY_TBL_LEN: u16 = 1;
+/// The one P_Key: the default full-membership key.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+/// Entries in the GID table (RoCEv2 only: one per netdev IP address).
+pub const GID_TBL_LEN: u32 = 32;
+/// Largest message, in bytes (2 GiB, as the IBTA allows).
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+/// Completion vectors.
+pub const NUM_COMP_VECTORS: u32 = 1;
+/// Physical ports.
+pub const PHYS_PORT_CNT: u32 = 1;
+/// Local CA ACK delay (4.096 us * 2^n) reported to peers.
+pub const LOCAL_CA_ACK_DELAY: u8 = 15;
+/// Firmware version reported as `fw_ver` (major << 32 | minor << 16 | sub).
+pub const FW_VER: u64 = (0u64 << 32) | (1 << 16);

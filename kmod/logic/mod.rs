@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! rrxe's pure core: decisions with no kernel dependency.
+//!
+//! Everything under `logic/` is `core`-only, allocation-free and `unsafe`-free. The kernel crate
+//! compiles it as `mod logic`; the host crate `tests/host` compiles the very same files and tests
+//! them with cargo (unit, table and property tests). Nothing here calls back into the kernel.
+
+pub mod guid;
+pub mod limits;
+pub mod link;
+pub mod port;
+
+pub mod psn;
+pub mod qp_attr;
+pub mod qp_state;

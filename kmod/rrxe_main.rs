@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! rrxe: Soft-RoCE (RoCEv2) rebuilt in Rust.
+//!
+//! Layout: `logic/` is the pure core (host-tested), `ib/` the only `unsafe` code (safe types
+//! over ib_core and the netdev core), `verbs/` the driver written against both.
+
+use kernel::{prelude::*, sync::Arc};
+
+mod ib;
+#[allow(dead_code)]
+mod logic;
+#[allow(dead_code)]
+#[path = "../uapi/src/rrxe_abi.rs"]
+mod uapi;
+mod verbs;
+
+use ib::{device::Registry, link::LinkRegistration, netdev::NetdevNotifier};
+use verbs::{Links, Rrxe};
+
+module! {
+    type: RrxeModule,
+    name: "rrxe",
+    author: "The rrxe developers",
+    description: "Soft-RoCE: a RoCEv2 RDMA device over any Ethernet netdev, in Rust",
+    license: "GPL",
+    alias: ["rdma-link-rrxe"],
+}
+
+/// Unregisters every device when dropped.
+struct Devices(Arc<Registry<Rrxe>>);
+
+impl Drop for Devices {
+    fn drop(&mut self) {
+        self.0.unregister_all();
+    }
+}
+
+/// Module state. Fields drop in order: no new links, then no devices, then no notifier.
+struct RrxeModule {
+    _links: LinkRegistration<Links>,
+    _devices: Devices,
+    _notifier: Pin<KBox<NetdevNotifier<Arc<Registry<Rrxe>>>>>,
+}
+
+impl kernel::Module for RrxeModule {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        let registry = Registry::<Rrxe>::new(module)?;
+        let notifier = KBox::pin_init(NetdevNotifier::new(registry.clone()), GFP_KERNEL)?;
+        let links = LinkRegistration::new(Arc::new(Links::new(registry.clone()), GFP_KERNEL)?)?;
+        pr_info!("rrxe: loaded (uABI {})\n", uapi::UABI_VERSION);
+        Ok(RrxeModule {
+            _links: links,
+            _devices: Devices(registry),
+            _notifier: notifier,
+        })
+    }
+}

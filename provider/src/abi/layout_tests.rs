@@ -1,0 +1,160 @@
+//! Run-time view of the layout checks (the same checks also run at compile time), plus
+//! consistency checks between the fact-sheet text, the generated table and the ops table.
+
+use std::collections::BTreeMap;
+
+use super::layout_v44::LAYOUT;
+use super::*;
+
+const TXT: &str = include_str!("layout_x86_64_v44.txt");
+
+/// (struct, field) -> (offset, size) and struct -> (size, align), parsed from the .txt the
+/// same way tools/gen_layout.py does (rxe-only structures skipped).
+struct Txt {
+    sizes: BTreeMap<String, (usize, usize)>,
+    fields: BTreeMap<(String, String), (usize, usize)>,
+    ops: Vec<(String, usize)>,
+}
+
+fn skipped(name: &str) -> bool {
+    name.starts_with("urxe_") || name == "mminfo" || name == "rxe_queue_buf"
+}
+
+fn parse_txt() -> Txt {
+    let mut t = Txt { sizes: BTreeMap::new(), fields: BTreeMap::new(), ops: Vec::new() };
+    let mut cur: Option<String> = None;
+    for line in TXT.lines() {
+        if line.starts_with("== verbs_context_ops") {
+            cur = Some("__ops__".into());
+        } else if let Some(rest) = line.strip_prefix("sizeof(") {
+            // sizeof(struct NAME) = N, align = A
+            let (name, rest) = rest.split_once(") = ").expect("sizeof line");
+            let name = name.trim_start_matches("struct ").to_string();
+            let (size, align) = rest.split_once(", align = ").expect("align");
+            t.sizes.insert(name.clone(), (size.parse().unwrap(), align.parse().unwrap()));
+            cur = Some(name);
+        } else if let Some(c) = &cur {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if c == "__ops__" {
+                // [ 7] async_event off 56   (the index may be split: "[", "7]")
+                let w: Vec<&str> = line.trim().trim_start_matches('[').split(|ch| ch == ']' || ch == ' ').filter(|s| !s.is_empty()).collect();
+                if w.len() == 4 && w[2] == "off" {
+                    assert_eq!(w[0].parse::<usize>().unwrap(), t.ops.len());
+                    t.ops.push((w[1].to_string(), w[3].parse().unwrap()));
+                }
+            } else if w.len() == 5 && w[1] == "off" && w[3] == "size" {
+                t.fields.insert((c.clone(), w[0].to_string()), (w[2].parse().unwrap(), w[4].parse().unwrap()));
+            }
+        }
+    }
+    for (i, (name, off)) in t.ops.iter().enumerate() {
+        assert_eq!(*off, i * 8);
+        t.fields.insert(("verbs_context_ops".into(), name.clone()), (*off, 8));
+    }
+    t.sizes.retain(|k, _| !skipped(k));
+    t.fields.retain(|(k, _), _| !skipped(k));
+    t
+}
+
+#[test]
+fn every_struct_matches_v44() {
+    let mut n = 0;
+    for s in LAYOUT {
+        assert_eq!(s.actual_size, s.size, "sizeof({})", s.c_name);
+        assert_eq!(s.actual_align, s.align, "alignof({})", s.c_name);
+        for f in s.fields {
+            assert_eq!(f.actual_offset, f.offset, "offsetof({}, {})", s.c_name, f.c_name);
+            assert_eq!(f.actual_size, f.size, "sizeof({}.{})", s.c_name, f.c_name);
+            n += 1;
+        }
+    }
+    assert!(LAYOUT.len() >= 90 && n >= 380, "{} structs, {n} fields", LAYOUT.len());
+}
+
+#[test]
+fn txt_and_generated_table_agree() {
+    let t = parse_txt();
+    let mut sizes = BTreeMap::new();
+    let mut fields = BTreeMap::new();
+    for s in LAYOUT {
+        sizes.insert(s.c_name.to_string(), (s.size, s.align));
+        for f in s.fields {
+            fields.insert((s.c_name.to_string(), f.c_name.to_string()), (f.offset, f.size));
+        }
+    }
+    assert_eq!(sizes, t.sizes, "layout_v44.rs is stale: run tools/gen_layout.py");
+    assert_eq!(fields, t.fields, "layout_v44.rs is stale: run tools/gen_layout.py");
+}
+
+#[test]
+fn context_ops_are_the_76_v44_entries_in_order() {
+    let t = parse_txt();
+    let txt_names: Vec<&str> = t.ops.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(VERBS_CONTEXT_OPS_NAMES.len(), 76);
+    assert_eq!(VERBS_CONTEXT_OPS_NAMES, txt_names.as_slice());
+    // rdma-core keeps the struct sorted; a misplaced insertion would break this.
+    assert!(VERBS_CONTEXT_OPS_NAMES.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(core::mem::size_of::<verbs_context_ops>(), 76 * 8);
+}
+
+/// The provider's ops table, seen as raw words: only the intended slots are non-null.
+#[test]
+fn rrxe_ops_table_fills_exactly_the_intended_slots() {
+    let table = &crate::provider::RRXE_CTX_OPS;
+    // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
+    // has the size and alignment of `[usize; 76]` (asserted by the layout table).
+    let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };
+    let set: Vec<&str> = words
+        .iter()
+        .zip(VERBS_CONTEXT_OPS_NAMES)
+        .filter(|(w, _)| **w != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(set, ["free_context", "query_device_ex", "query_port"]);
+    assert_eq!(
+        words[core::mem::offset_of!(verbs_context_ops, query_port) / 8],
+        crate::context::query_port as *const () as usize
+    );
+    assert_eq!(
+        words[core::mem::offset_of!(verbs_context_ops, query_device_ex) / 8],
+        crate::context::query_device_ex as *const () as usize
+    );
+    assert_eq!(
+        words[core::mem::offset_of!(verbs_context_ops, free_context) / 8],
+        crate::context::free_context as *const () as usize
+    );
+    // Not stubbed: poll_cq must stay with libibverbs' dummy until CQs exist.
+    assert!(table.poll_cq.is_none() && table.create_cq.is_none());
+}
+
+#[test]
+fn device_ops_registration_record() {
+    use crate::provider::{RRXE_DEVICE_OPS, RRXE_MATCH_TABLE};
+    let ops = &RRXE_DEVICE_OPS;
+    assert_eq!(ops.match_min_abi_version, rrxe_uapi::UVERBS_ABI_VERSION);
+    assert_eq!(ops.match_max_abi_version, rrxe_uapi::UVERBS_ABI_VERSION);
+    // Never NULL (libibverbs 44 crashes), and only the sentinel.
+    assert!(!ops.match_table.is_null());
+    assert_eq!(ops.match_table, RRXE_MATCH_TABLE.as_ptr());
+    assert_eq!(RRXE_MATCH_TABLE.len(), 1);
+    assert_eq!(RRXE_MATCH_TABLE[0].kind, VERBS_MATCH_SENTINEL);
+    assert!(ops.match_device.is_some() && ops.alloc_device.is_some());
+    assert!(ops.alloc_context.is_some() && ops.uninit_device.is_some());
+    assert!(ops.static_providers.is_null() && ops.import_context.is_none());
+    // SAFETY: `name` points to a static C string literal.
+    let name = unsafe { core::ffi::CStr::from_ptr(ops.name) };
+    assert_eq!(name.to_str(), Ok("rrxe"));
+}
+
+#[test]
+fn driver_command_udata_sizes() {
+    use core::mem::size_of;
+    // What the kernel's alloc_ucontext sees as udata inlen / outlen.
+    assert_eq!(size_of::<rrxe_get_context>() - size_of::<ibv_get_context>(), size_of::<rrxe_uapi::AllocUcontextCmd>());
+    assert_eq!(size_of::<rrxe_uapi::AllocUcontextCmd>(), 8);
+    assert_eq!(
+        size_of::<rrxe_get_context_resp>() - size_of::<ib_uverbs_get_context_resp>(),
+        size_of::<rrxe_uapi::AllocUcontextResp>()
+    );
+    assert_eq!(size_of::<rrxe_uapi::AllocUcontextResp>(), 16);
+}

@@ -1,0 +1,19 @@
+//! librrxe: the rdma-core userspace provider of rrxe (Soft-RoCE in Rust).
+//!
+//! Built as `librrxe.so` and installed as `librrxe-rdmav34.so`: libibverbs 44 (Debian 12)
+//! `dlopen`s it, its ELF constructor registers [`provider::RRXE_DEVICE_OPS`] through
+//! `verbs_register_driver_34`, and libibverbs then calls the trampolines in [`device`] and
+//! [`context`].
+//!
+//! Layout: `abi/` declares everything shared with libibverbs and the kernel (and holds most
+//! of the `unsafe`), `device`/`context` are the thin `extern "C"` trampolines, `util` the
+//! pure, unit-tested logic. Set `RRXE_DEBUG=1` for a trace on stderr.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod abi;
+pub mod context;
+pub mod device;
+mod log;
+pub mod provider;
+pub mod util;

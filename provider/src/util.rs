@@ -1,0 +1,268 @@
+//! Pure helpers: no FFI, no unsafe. Everything here is unit-tested on the host.
+
+use core::ffi::c_char;
+use core::fmt;
+
+use rrxe_uapi::{AllocUcontextResp, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION};
+
+/// Prefix of every line the provider prints.
+pub const PFX: &str = "librrxe";
+
+/// Parses the content of the sysfs attribute `rrxe_uabi` (decimal, optional trailing
+/// whitespace/newline). Anything else, including an empty value, is `None`.
+pub fn parse_uabi(raw: &[u8]) -> Option<u32> {
+    let s = core::str::from_utf8(raw).ok()?.trim_end_matches(['\n', '\r', ' ', '\t', '\0']);
+    if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// `fw_ver` as every rdma-core provider prints it: the kernel's `u64` split into
+/// `(fw >> 32) & 0xffff`, `(fw >> 16) & 0xffff` and `fw & 0xffff`, as `major.minor.sub`.
+pub fn format_fw_ver(raw: u64) -> String {
+    format!("{}.{}.{}", (raw >> 32) & 0xffff, (raw >> 16) & 0xffff, raw & 0xffff)
+}
+
+/// Copies `s` into the C string buffer `dst`, truncating if needed; the result is always
+/// NUL-terminated (unless `dst` is empty, which is left alone), like `snprintf`.
+pub fn write_c_string(dst: &mut [c_char], s: &str) {
+    let Some(max) = dst.len().checked_sub(1) else {
+        return;
+    };
+    let n = s.len().min(max);
+    for (d, &b) in dst.iter_mut().zip(&s.as_bytes()[..n]) {
+        *d = b as c_char;
+    }
+    dst[n] = 0;
+}
+
+/// A NUL-terminated (or full) C `char` array as a Rust string, lossily.
+pub fn c_chars_to_string(src: &[c_char]) -> String {
+    let bytes: Vec<u8> = src.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether `RRXE_DEBUG` (given its value) enables the stderr trace: set, non-empty, not "0".
+pub fn debug_enabled_by(value: Option<&std::ffi::OsStr>) -> bool {
+    matches!(value, Some(v) if !v.is_empty() && v != "0")
+}
+
+/// Why the provider refuses to open a device whose module was built from a different tree.
+/// Each is reported once per failed open, as one line on stderr, and fails with `EPROTO`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UabiProblem {
+    /// The kernel (sysfs attribute or `GET_CONTEXT` response) speaks another uABI version.
+    Mismatch { kernel: u32 },
+    /// The sysfs attribute is missing or does not hold a decimal number.
+    Unreadable { raw: String },
+    /// The `GET_CONTEXT` response does not carry [`UABI_MAGIC`].
+    BadMagic { magic: u32 },
+    /// The kernel refused the provider's uABI version (`GET_CONTEXT` failed with `EPROTO`).
+    KernelRefused,
+}
+
+impl UabiProblem {
+    /// The one-line message printed to stderr for device `ibdev`.
+    pub fn message(&self, ibdev: &str) -> String {
+        MismatchMessage { problem: self, ibdev }.to_string()
+    }
+}
+
+struct MismatchMessage<'a> {
+    problem: &'a UabiProblem,
+    ibdev: &'a str,
+}
+
+impl fmt::Display for MismatchMessage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dev = self.ibdev;
+        match self.problem {
+            UabiProblem::Mismatch { kernel } => write!(
+                f,
+                "{PFX}: device {dev} speaks rrxe uABI {kernel} but this provider was built for uABI {UABI_VERSION}"
+            )?,
+            UabiProblem::Unreadable { raw } => write!(
+                f,
+                "{PFX}: device {dev} has an unreadable {SYSFS_UABI_ATTR} sysfs attribute ({raw:?}) but this provider was built for uABI {UABI_VERSION}"
+            )?,
+            UabiProblem::BadMagic { magic } => write!(
+                f,
+                "{PFX}: device {dev} answered GET_CONTEXT without the rrxe magic (0x{magic:08x}, expected 0x{UABI_MAGIC:08x}); this provider was built for uABI {UABI_VERSION}"
+            )?,
+            UabiProblem::KernelRefused => write!(
+                f,
+                "{PFX}: device {dev} refused this provider's rrxe uABI {UABI_VERSION} (EPROTO)"
+            )?,
+        }
+        f.write_str("; rebuild the provider and the module from the same tree")
+    }
+}
+
+/// Checks the sysfs attribute read at open time (`None`: could not be read).
+pub fn check_sysfs_uabi(raw: Option<&[u8]>) -> Result<u32, UabiProblem> {
+    let Some(raw) = raw else {
+        return Err(UabiProblem::Unreadable { raw: "<missing>".into() });
+    };
+    match parse_uabi(raw) {
+        Some(v) if v == UABI_VERSION => Ok(v),
+        Some(v) => Err(UabiProblem::Mismatch { kernel: v }),
+        None => Err(UabiProblem::Unreadable { raw: String::from_utf8_lossy(raw).into_owned() }),
+    }
+}
+
+/// Why `alloc_context` failed after `GET_CONTEXT`: the errno to return, and the message to
+/// print if the failure is a uABI problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetContextError {
+    pub errno: i32,
+    pub problem: Option<UabiProblem>,
+}
+
+/// Judges the outcome of `ibv_cmd_get_context` (`ret`: 0 or a positive errno) and the
+/// driver-private response the kernel wrote.
+pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetContextError> {
+    if ret == libc::EPROTO {
+        return Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::KernelRefused) });
+    }
+    if ret != 0 {
+        let errno = if ret > 0 { ret } else { libc::EIO };
+        return Err(GetContextError { errno, problem: None });
+    }
+    if resp.magic != UABI_MAGIC {
+        return Err(GetContextError {
+            errno: libc::EPROTO,
+            problem: Some(UabiProblem::BadMagic { magic: resp.magic }),
+        });
+    }
+    if resp.uabi_version != UABI_VERSION {
+        return Err(GetContextError {
+            errno: libc::EPROTO,
+            problem: Some(UabiProblem::Mismatch { kernel: resp.uabi_version }),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_uabi_accepts_decimal_with_newline() {
+        assert_eq!(parse_uabi(b"1"), Some(1));
+        assert_eq!(parse_uabi(b"1\n"), Some(1));
+        assert_eq!(parse_uabi(b"42 \n"), Some(42));
+        assert_eq!(parse_uabi(b"4294967295"), Some(u32::MAX));
+    }
+
+    #[test]
+    fn parse_uabi_rejects_garbage() {
+        for raw in [&b""[..], b"\n", b"x", b"-1", b"+1", b" 1", b"1.0", b"0x1", b"4294967296", b"12345678901", b"\xff"] {
+            assert_eq!(parse_uabi(raw), None, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn fw_ver_is_major_minor_sub() {
+        assert_eq!(format_fw_ver(0), "0.0.0");
+        assert_eq!(format_fw_ver((1 << 32) | (2 << 16) | 3), "1.2.3");
+        // Bits above 48 are ignored, each part is 16 bits, printed in decimal.
+        assert_eq!(format_fw_ver(u64::MAX), "65535.65535.65535");
+        assert_eq!(format_fw_ver(0x0007_0010_0100), "7.16.256");
+    }
+
+    #[test]
+    fn c_string_truncates_and_terminates() {
+        let mut buf = [0x7f as c_char; 64];
+        write_c_string(&mut buf, "1.2.3");
+        assert_eq!(c_chars_to_string(&buf), "1.2.3");
+        assert_eq!(buf[5], 0);
+        let mut small = [0x7f as c_char; 4];
+        write_c_string(&mut small, "65535.65535.65535");
+        assert_eq!(c_chars_to_string(&small), "655");
+        assert_eq!(small[3], 0);
+        let mut empty: [c_char; 0] = [];
+        write_c_string(&mut empty, "x");
+        let full = [b'a' as c_char; 3];
+        assert_eq!(c_chars_to_string(&full), "aaa");
+    }
+
+    #[test]
+    fn debug_env() {
+        use std::ffi::OsStr;
+        assert!(!debug_enabled_by(None));
+        assert!(!debug_enabled_by(Some(OsStr::new(""))));
+        assert!(!debug_enabled_by(Some(OsStr::new("0"))));
+        assert!(debug_enabled_by(Some(OsStr::new("1"))));
+        assert!(debug_enabled_by(Some(OsStr::new("yes"))));
+    }
+
+    #[test]
+    fn mismatch_message_is_one_clear_line() {
+        let kernel = UABI_VERSION + 1;
+        let msg = UabiProblem::Mismatch { kernel }.message("rrxe0");
+        assert_eq!(
+            msg,
+            format!(
+                "librrxe: device rrxe0 speaks rrxe uABI {kernel} but this provider was built for uABI {UABI_VERSION}; rebuild the provider and the module from the same tree"
+            )
+        );
+        for p in [
+            UabiProblem::Mismatch { kernel: 7 },
+            UabiProblem::Unreadable { raw: "abc\n".into() },
+            UabiProblem::BadMagic { magic: 0 },
+            UabiProblem::KernelRefused,
+        ] {
+            let m = p.message("zz0");
+            assert!(m.starts_with("librrxe: device zz0 "), "{m}");
+            assert!(m.ends_with("rebuild the provider and the module from the same tree"), "{m}");
+            assert!(!m.contains('\n'), "{m}");
+        }
+        assert!(UabiProblem::BadMagic { magic: 0x1234 }.message("d").contains("0x00001234"));
+    }
+
+    #[test]
+    fn sysfs_check() {
+        let ours = UABI_VERSION.to_string();
+        assert_eq!(check_sysfs_uabi(Some(ours.as_bytes())), Ok(UABI_VERSION));
+        assert_eq!(
+            check_sysfs_uabi(Some(b"999")),
+            Err(UabiProblem::Mismatch { kernel: 999 })
+        );
+        assert_eq!(
+            check_sysfs_uabi(Some(b"abc")),
+            Err(UabiProblem::Unreadable { raw: "abc".into() })
+        );
+        assert!(matches!(check_sysfs_uabi(None), Err(UabiProblem::Unreadable { .. })));
+    }
+
+    #[test]
+    fn get_context_check() {
+        let good = AllocUcontextResp { magic: UABI_MAGIC, uabi_version: UABI_VERSION, max_inline_data: 64, reserved: 0 };
+        assert_eq!(check_get_context(0, &good), Ok(()));
+        assert_eq!(
+            check_get_context(libc::EPROTO, &good),
+            Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::KernelRefused) })
+        );
+        assert_eq!(
+            check_get_context(libc::ENOMEM, &good),
+            Err(GetContextError { errno: libc::ENOMEM, problem: None })
+        );
+        assert_eq!(check_get_context(-1, &good).unwrap_err().errno, libc::EIO);
+        // A kernel that wrote nothing (response left zeroed).
+        let zero = AllocUcontextResp::default();
+        assert_eq!(
+            check_get_context(0, &zero),
+            Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::BadMagic { magic: 0 }) })
+        );
+        let other = AllocUcontextResp { uabi_version: UABI_VERSION + 1, ..good };
+        assert_eq!(
+            check_get_context(0, &other),
+            Err(GetContextError {
+                errno: libc::EPROTO,
+                problem: Some(UabiProblem::Mismatch { kernel: UABI_VERSION + 1 })
+            })
+        );
+    }
+}
