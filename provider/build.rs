@@ -92,6 +92,9 @@ fn generate_bindings() {
 
 fn fail(msg: &str) -> ! {
     eprintln!("\nrrxe-provider build error: {msg}\n");
-    println!("cargo:warning=rrxe-provider: {}", msg.lines().next().unwrap_or(msg));
+    println!(
+        "cargo:warning=rrxe-provider: {}",
+        msg.lines().next().unwrap_or(msg)
+    );
     std::process::exit(1);
 }

@@ -51,6 +51,9 @@ impl RrxeContext {
 
 /// `verbs_device_ops::alloc_context`: opens a context on `cmd_fd` (whose ownership passes to
 /// us: it is closed on every failure path).
+///
+/// # Safety
+/// Called by libibverbs only, with one of this provider's devices (see [`crate::device`]).
 pub unsafe extern "C" fn alloc_context(
     ibdev: *mut ibv_device,
     cmd_fd: c_int,
@@ -90,7 +93,10 @@ pub unsafe extern "C" fn alloc_context(
     }
     .cast::<RrxeContext>();
     if ctx.is_null() {
-        trace!("alloc_context({name}): _verbs_init_and_alloc_context failed, errno {}", errno());
+        trace!(
+            "alloc_context({name}): _verbs_init_and_alloc_context failed, errno {}",
+            errno()
+        );
         return ptr::null_mut();
     }
     // SAFETY: `ctx` is a live allocation of an `RrxeContext`.
@@ -98,7 +104,10 @@ pub unsafe extern "C" fn alloc_context(
 
     // 3. GET_CONTEXT, with rrxe's uABI version as driver data.
     let mut cmd = rrxe_get_context {
-        drv_payload: AllocUcontextCmd { uabi_version: UABI_VERSION, reserved: 0 },
+        drv_payload: AllocUcontextCmd {
+            uabi_version: UABI_VERSION,
+            reserved: 0,
+        },
         ..Default::default()
     };
     let mut resp = rrxe_get_context_resp::default();
@@ -118,7 +127,10 @@ pub unsafe extern "C" fn alloc_context(
         if let Some(problem) = &e.problem {
             raw_line(&problem.message(&name));
         }
-        trace!("alloc_context({name}): GET_CONTEXT ret={ret} resp={drv:?} -> errno {}", e.errno);
+        trace!(
+            "alloc_context({name}): GET_CONTEXT ret={ret} resp={drv:?} -> errno {}",
+            e.errno
+        );
         // SAFETY: `vctx` is initialised and not yet handed out; `ctx` came from calloc.
         unsafe {
             verbs_uninit_context(vctx);
@@ -144,6 +156,9 @@ pub unsafe extern "C" fn alloc_context(
 }
 
 /// `verbs_context_ops::free_context`.
+///
+/// # Safety
+/// Called by libibverbs only, with a context made by [`alloc_context`], exactly once.
 pub unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
     // SAFETY: libibverbs only calls this with the context `alloc_context` returned.
     let ctx = unsafe { RrxeContext::from_ibv_context(ibctx) };
@@ -157,6 +172,9 @@ pub unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
 
 /// `verbs_context_ops::query_device_ex` (also serves `ibv_query_device` with
 /// `attr_size == sizeof(struct ibv_device_attr)`).
+///
+/// # Safety
+/// Called by libibverbs only: a context of ours, and `attr` valid for `attr_size` bytes.
 pub unsafe extern "C" fn query_device_ex(
     ctx: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -167,9 +185,8 @@ pub unsafe extern "C" fn query_device_ex(
     let mut resp_size = size_of_val(&resp);
     // SAFETY: arguments as received from libibverbs; `resp`/`resp_size` are local buffers of
     // the advertised size.
-    let ret = unsafe {
-        ibv_cmd_query_device_any(ctx, input, attr, attr_size, &mut resp, &mut resp_size)
-    };
+    let ret =
+        unsafe { ibv_cmd_query_device_any(ctx, input, attr, attr_size, &mut resp, &mut resp_size) };
     if ret != 0 {
         trace!("query_device_ex(attr_size={attr_size}) = {ret}");
         return ret;
@@ -183,6 +200,9 @@ pub unsafe extern "C" fn query_device_ex(
 }
 
 /// `verbs_context_ops::query_port`.
+///
+/// # Safety
+/// Called by libibverbs only: a context of ours, and a valid, zeroed `port_attr`.
 pub unsafe extern "C" fn query_port(
     ctx: *mut ibv_context,
     port_num: u8,

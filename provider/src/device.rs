@@ -30,13 +30,20 @@ pub fn is_rrxe_device(uabi_attr: Option<&[u8]>) -> bool {
 }
 
 /// `verbs_device_ops::match_device`.
+///
+/// # Safety
+/// Called by libibverbs only, with a valid `verbs_sysfs_dev` (or null).
 pub unsafe extern "C" fn match_device(sysfs_dev: *mut verbs_sysfs_dev) -> bool {
     // SAFETY: libibverbs passes a valid `verbs_sysfs_dev` (null is handled), not mutated
     // while this shared reference is used.
     let Some(dev) = (unsafe { sysfs_dev.as_ref() }) else {
         return false;
     };
-    let (name, driver_id, abi_ver) = (c_chars_to_string(&dev.ibdev_name), dev.driver_id, dev.abi_ver);
+    let (name, driver_id, abi_ver) = (
+        c_chars_to_string(&dev.ibdev_name),
+        dev.driver_id,
+        dev.abi_ver,
+    );
     let mut buf = [0u8; 64];
     // SAFETY: `sysfs_dev` is valid (see above).
     let attr = unsafe { read_ibdev_attr(sysfs_dev, UABI_ATTR, &mut buf) };
@@ -52,6 +59,9 @@ pub unsafe extern "C" fn match_device(sysfs_dev: *mut verbs_sysfs_dev) -> bool {
 }
 
 /// `verbs_device_ops::alloc_device`.
+///
+/// # Safety
+/// Called by libibverbs only, with a valid `verbs_sysfs_dev` (or null).
 pub unsafe extern "C" fn alloc_device(sysfs_dev: *mut verbs_sysfs_dev) -> *mut verbs_device {
     // SAFETY: libibverbs passes a valid `verbs_sysfs_dev` (null is handled).
     let abi_ver = unsafe { sysfs_dev.as_ref() }.map_or(0, |d| d.abi_ver);
@@ -68,6 +78,9 @@ pub unsafe extern "C" fn alloc_device(sysfs_dev: *mut verbs_sysfs_dev) -> *mut v
 }
 
 /// `verbs_device_ops::uninit_device`: called when the last reference is dropped.
+///
+/// # Safety
+/// Called by libibverbs only, once, with a device made by [`alloc_device`].
 pub unsafe extern "C" fn uninit_device(vdev: *mut verbs_device) {
     trace!("uninit_device({vdev:p})");
     // SAFETY: `vdev` is the `RrxeDevice` allocated by `alloc_device` with `calloc` (the

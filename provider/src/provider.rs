@@ -17,7 +17,10 @@ const _: () = {
     assert!(a.len() == b.len());
     let mut i = 0;
     while i < a.len() {
-        assert!(a[i] == b[i], "UABI_ATTR differs from rrxe_uapi::SYSFS_UABI_ATTR");
+        assert!(
+            a[i] == b[i],
+            "UABI_ATTR differs from rrxe_uapi::SYSFS_UABI_ATTR"
+        );
         i += 1;
     }
 };

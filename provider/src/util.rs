@@ -11,7 +11,9 @@ pub const PFX: &str = "librrxe";
 /// Parses the content of the sysfs attribute `rrxe_uabi` (decimal, optional trailing
 /// whitespace/newline). Anything else, including an empty value, is `None`.
 pub fn parse_uabi(raw: &[u8]) -> Option<u32> {
-    let s = core::str::from_utf8(raw).ok()?.trim_end_matches(['\n', '\r', ' ', '\t', '\0']);
+    let s = core::str::from_utf8(raw)
+        .ok()?
+        .trim_end_matches(['\n', '\r', ' ', '\t', '\0']);
     if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -21,7 +23,12 @@ pub fn parse_uabi(raw: &[u8]) -> Option<u32> {
 /// `fw_ver` as every rdma-core provider prints it: the kernel's `u64` split into
 /// `(fw >> 32) & 0xffff`, `(fw >> 16) & 0xffff` and `fw & 0xffff`, as `major.minor.sub`.
 pub fn format_fw_ver(raw: u64) -> String {
-    format!("{}.{}.{}", (raw >> 32) & 0xffff, (raw >> 16) & 0xffff, raw & 0xffff)
+    format!(
+        "{}.{}.{}",
+        (raw >> 32) & 0xffff,
+        (raw >> 16) & 0xffff,
+        raw & 0xffff
+    )
 }
 
 /// Copies `s` into the C string buffer `dst`, truncating if needed; the result is always
@@ -39,7 +46,11 @@ pub fn write_c_string(dst: &mut [c_char], s: &str) {
 
 /// A NUL-terminated (or full) C `char` array as a Rust string, lossily.
 pub fn c_chars_to_string(src: &[c_char]) -> String {
-    let bytes: Vec<u8> = src.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = src
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -65,7 +76,11 @@ pub enum UabiProblem {
 impl UabiProblem {
     /// The one-line message printed to stderr for device `ibdev`.
     pub fn message(&self, ibdev: &str) -> String {
-        MismatchMessage { problem: self, ibdev }.to_string()
+        MismatchMessage {
+            problem: self,
+            ibdev,
+        }
+        .to_string()
     }
 }
 
@@ -102,12 +117,16 @@ impl fmt::Display for MismatchMessage<'_> {
 /// Checks the sysfs attribute read at open time (`None`: could not be read).
 pub fn check_sysfs_uabi(raw: Option<&[u8]>) -> Result<u32, UabiProblem> {
     let Some(raw) = raw else {
-        return Err(UabiProblem::Unreadable { raw: "<missing>".into() });
+        return Err(UabiProblem::Unreadable {
+            raw: "<missing>".into(),
+        });
     };
     match parse_uabi(raw) {
         Some(v) if v == UABI_VERSION => Ok(v),
         Some(v) => Err(UabiProblem::Mismatch { kernel: v }),
-        None => Err(UabiProblem::Unreadable { raw: String::from_utf8_lossy(raw).into_owned() }),
+        None => Err(UabiProblem::Unreadable {
+            raw: String::from_utf8_lossy(raw).into_owned(),
+        }),
     }
 }
 
@@ -123,11 +142,17 @@ pub struct GetContextError {
 /// driver-private response the kernel wrote.
 pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetContextError> {
     if ret == libc::EPROTO {
-        return Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::KernelRefused) });
+        return Err(GetContextError {
+            errno: libc::EPROTO,
+            problem: Some(UabiProblem::KernelRefused),
+        });
     }
     if ret != 0 {
         let errno = if ret > 0 { ret } else { libc::EIO };
-        return Err(GetContextError { errno, problem: None });
+        return Err(GetContextError {
+            errno,
+            problem: None,
+        });
     }
     if resp.magic != UABI_MAGIC {
         return Err(GetContextError {
@@ -138,7 +163,9 @@ pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetCo
     if resp.uabi_version != UABI_VERSION {
         return Err(GetContextError {
             errno: libc::EPROTO,
-            problem: Some(UabiProblem::Mismatch { kernel: resp.uabi_version }),
+            problem: Some(UabiProblem::Mismatch {
+                kernel: resp.uabi_version,
+            }),
         });
     }
     Ok(())
@@ -158,7 +185,19 @@ mod tests {
 
     #[test]
     fn parse_uabi_rejects_garbage() {
-        for raw in [&b""[..], b"\n", b"x", b"-1", b"+1", b" 1", b"1.0", b"0x1", b"4294967296", b"12345678901", b"\xff"] {
+        for raw in [
+            &b""[..],
+            b"\n",
+            b"x",
+            b"-1",
+            b"+1",
+            b" 1",
+            b"1.0",
+            b"0x1",
+            b"4294967296",
+            b"12345678901",
+            b"\xff",
+        ] {
             assert_eq!(parse_uabi(raw), None, "{raw:?}");
         }
     }
@@ -210,16 +249,23 @@ mod tests {
         );
         for p in [
             UabiProblem::Mismatch { kernel: 7 },
-            UabiProblem::Unreadable { raw: "abc\n".into() },
+            UabiProblem::Unreadable {
+                raw: "abc\n".into(),
+            },
             UabiProblem::BadMagic { magic: 0 },
             UabiProblem::KernelRefused,
         ] {
             let m = p.message("zz0");
             assert!(m.starts_with("librrxe: device zz0 "), "{m}");
-            assert!(m.ends_with("rebuild the provider and the module from the same tree"), "{m}");
+            assert!(
+                m.ends_with("rebuild the provider and the module from the same tree"),
+                "{m}"
+            );
             assert!(!m.contains('\n'), "{m}");
         }
-        assert!(UabiProblem::BadMagic { magic: 0x1234 }.message("d").contains("0x00001234"));
+        assert!(UabiProblem::BadMagic { magic: 0x1234 }
+            .message("d")
+            .contains("0x00001234"));
     }
 
     #[test]
@@ -234,34 +280,56 @@ mod tests {
             check_sysfs_uabi(Some(b"abc")),
             Err(UabiProblem::Unreadable { raw: "abc".into() })
         );
-        assert!(matches!(check_sysfs_uabi(None), Err(UabiProblem::Unreadable { .. })));
+        assert!(matches!(
+            check_sysfs_uabi(None),
+            Err(UabiProblem::Unreadable { .. })
+        ));
     }
 
     #[test]
     fn get_context_check() {
-        let good = AllocUcontextResp { magic: UABI_MAGIC, uabi_version: UABI_VERSION, max_inline_data: 64, reserved: 0 };
+        let good = AllocUcontextResp {
+            magic: UABI_MAGIC,
+            uabi_version: UABI_VERSION,
+            max_inline_data: 64,
+            reserved: 0,
+        };
         assert_eq!(check_get_context(0, &good), Ok(()));
         assert_eq!(
             check_get_context(libc::EPROTO, &good),
-            Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::KernelRefused) })
+            Err(GetContextError {
+                errno: libc::EPROTO,
+                problem: Some(UabiProblem::KernelRefused)
+            })
         );
         assert_eq!(
             check_get_context(libc::ENOMEM, &good),
-            Err(GetContextError { errno: libc::ENOMEM, problem: None })
+            Err(GetContextError {
+                errno: libc::ENOMEM,
+                problem: None
+            })
         );
         assert_eq!(check_get_context(-1, &good).unwrap_err().errno, libc::EIO);
         // A kernel that wrote nothing (response left zeroed).
         let zero = AllocUcontextResp::default();
         assert_eq!(
             check_get_context(0, &zero),
-            Err(GetContextError { errno: libc::EPROTO, problem: Some(UabiProblem::BadMagic { magic: 0 }) })
+            Err(GetContextError {
+                errno: libc::EPROTO,
+                problem: Some(UabiProblem::BadMagic { magic: 0 })
+            })
         );
-        let other = AllocUcontextResp { uabi_version: UABI_VERSION + 1, ..good };
+        let other = AllocUcontextResp {
+            uabi_version: UABI_VERSION + 1,
+            ..good
+        };
         assert_eq!(
             check_get_context(0, &other),
             Err(GetContextError {
                 errno: libc::EPROTO,
-                problem: Some(UabiProblem::Mismatch { kernel: UABI_VERSION + 1 })
+                problem: Some(UabiProblem::Mismatch {
+                    kernel: UABI_VERSION + 1
+                })
             })
         );
     }

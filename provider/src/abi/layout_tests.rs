@@ -21,7 +21,11 @@ fn skipped(name: &str) -> bool {
 }
 
 fn parse_txt() -> Txt {
-    let mut t = Txt { sizes: BTreeMap::new(), fields: BTreeMap::new(), ops: Vec::new() };
+    let mut t = Txt {
+        sizes: BTreeMap::new(),
+        fields: BTreeMap::new(),
+        ops: Vec::new(),
+    };
     let mut cur: Option<String> = None;
     for line in TXT.lines() {
         if line.starts_with("== verbs_context_ops") {
@@ -31,25 +35,37 @@ fn parse_txt() -> Txt {
             let (name, rest) = rest.split_once(") = ").expect("sizeof line");
             let name = name.trim_start_matches("struct ").to_string();
             let (size, align) = rest.split_once(", align = ").expect("align");
-            t.sizes.insert(name.clone(), (size.parse().unwrap(), align.parse().unwrap()));
+            t.sizes.insert(
+                name.clone(),
+                (size.parse().unwrap(), align.parse().unwrap()),
+            );
             cur = Some(name);
         } else if let Some(c) = &cur {
             let w: Vec<&str> = line.split_whitespace().collect();
             if c == "__ops__" {
                 // [ 7] async_event off 56   (the index may be split: "[", "7]")
-                let w: Vec<&str> = line.trim().trim_start_matches('[').split(|ch| ch == ']' || ch == ' ').filter(|s| !s.is_empty()).collect();
+                let w: Vec<&str> = line
+                    .trim()
+                    .trim_start_matches('[')
+                    .split([']', ' '])
+                    .filter(|s| !s.is_empty())
+                    .collect();
                 if w.len() == 4 && w[2] == "off" {
                     assert_eq!(w[0].parse::<usize>().unwrap(), t.ops.len());
                     t.ops.push((w[1].to_string(), w[3].parse().unwrap()));
                 }
             } else if w.len() == 5 && w[1] == "off" && w[3] == "size" {
-                t.fields.insert((c.clone(), w[0].to_string()), (w[2].parse().unwrap(), w[4].parse().unwrap()));
+                t.fields.insert(
+                    (c.clone(), w[0].to_string()),
+                    (w[2].parse().unwrap(), w[4].parse().unwrap()),
+                );
             }
         }
     }
     for (i, (name, off)) in t.ops.iter().enumerate() {
         assert_eq!(*off, i * 8);
-        t.fields.insert(("verbs_context_ops".into(), name.clone()), (*off, 8));
+        t.fields
+            .insert(("verbs_context_ops".into(), name.clone()), (*off, 8));
     }
     t.sizes.retain(|k, _| !skipped(k));
     t.fields.retain(|(k, _), _| !skipped(k));
@@ -63,12 +79,20 @@ fn every_struct_matches_v44() {
         assert_eq!(s.actual_size, s.size, "sizeof({})", s.c_name);
         assert_eq!(s.actual_align, s.align, "alignof({})", s.c_name);
         for f in s.fields {
-            assert_eq!(f.actual_offset, f.offset, "offsetof({}, {})", s.c_name, f.c_name);
+            assert_eq!(
+                f.actual_offset, f.offset,
+                "offsetof({}, {})",
+                s.c_name, f.c_name
+            );
             assert_eq!(f.actual_size, f.size, "sizeof({}.{})", s.c_name, f.c_name);
             n += 1;
         }
     }
-    assert!(LAYOUT.len() >= 90 && n >= 380, "{} structs, {n} fields", LAYOUT.len());
+    assert!(
+        LAYOUT.len() >= 90 && n >= 380,
+        "{} structs, {n} fields",
+        LAYOUT.len()
+    );
 }
 
 #[test]
@@ -79,11 +103,20 @@ fn txt_and_generated_table_agree() {
     for s in LAYOUT {
         sizes.insert(s.c_name.to_string(), (s.size, s.align));
         for f in s.fields {
-            fields.insert((s.c_name.to_string(), f.c_name.to_string()), (f.offset, f.size));
+            fields.insert(
+                (s.c_name.to_string(), f.c_name.to_string()),
+                (f.offset, f.size),
+            );
         }
     }
-    assert_eq!(sizes, t.sizes, "layout_v44.rs is stale: run tools/gen_layout.py");
-    assert_eq!(fields, t.fields, "layout_v44.rs is stale: run tools/gen_layout.py");
+    assert_eq!(
+        sizes, t.sizes,
+        "layout_v44.rs is stale: run tools/gen_layout.py"
+    );
+    assert_eq!(
+        fields, t.fields,
+        "layout_v44.rs is stale: run tools/gen_layout.py"
+    );
 }
 
 #[test]
@@ -150,7 +183,10 @@ fn device_ops_registration_record() {
 fn driver_command_udata_sizes() {
     use core::mem::size_of;
     // What the kernel's alloc_ucontext sees as udata inlen / outlen.
-    assert_eq!(size_of::<rrxe_get_context>() - size_of::<ibv_get_context>(), size_of::<rrxe_uapi::AllocUcontextCmd>());
+    assert_eq!(
+        size_of::<rrxe_get_context>() - size_of::<ibv_get_context>(),
+        size_of::<rrxe_uapi::AllocUcontextCmd>()
+    );
     assert_eq!(size_of::<rrxe_uapi::AllocUcontextCmd>(), 8);
     assert_eq!(
         size_of::<rrxe_get_context_resp>() - size_of::<ib_uverbs_get_context_resp>(),
