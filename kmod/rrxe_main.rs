@@ -7,9 +7,9 @@
 use kernel::{prelude::*, sync::Arc};
 
 mod ib;
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod logic;
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 #[path = "../uapi/src/rrxe_abi.rs"]
 mod uapi;
 mod verbs;

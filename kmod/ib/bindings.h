@@ -4,6 +4,7 @@
 #include <linux/notifier.h>
 #include <linux/sysfs.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_mad.h>
 #include <rdma/ib_umem.h>
 #include <rdma/rdma_netlink.h>
 #include <rdma/uverbs_ioctl.h>

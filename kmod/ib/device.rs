@@ -123,12 +123,10 @@ impl<T: IbDriver> Device<T> {
 
     /// The device name as registered (`rrxe0`, ...).
     pub(crate) fn name(&self) -> &CStr {
-        // SAFETY: `dev_name` of a live device returns its NUL-terminated kobject name, which
-        // lives as long as the device.
-        unsafe {
-            let name = b::dev_name(ptr::addr_of!((*self.as_raw()).dev));
-            CStr::from_char_ptr(name)
-        }
+        // SAFETY: `ib_device.name` is a NUL-terminated array that ib_core keeps in sync with
+        // the device name (it is only rewritten, under RTNL-free locking, by a rename, which
+        // always leaves a valid string).
+        unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
     }
 
     /// Link speed and width for `port`, from the netdev's ethtool settings (takes RTNL).
@@ -143,7 +141,8 @@ impl<T: IbDriver> Device<T> {
     pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
         let mut ev = b::ib_event::default();
         ev.device = self.as_raw();
-        ev.element.port_num = port;
+        // SAFETY: `port_num` is the union member `ib_dispatch_event` reads for port events.
+        unsafe { *ev.element.port_num.as_mut() = port };
         ev.event = if active {
             b::ib_event_type_IB_EVENT_PORT_ACTIVE
         } else {
@@ -198,12 +197,13 @@ impl<T: IbDriver> Device<T> {
         // registration; `ib_set_device_ops` copies `ops`.
         unsafe {
             b::ib_set_device_ops(raw, &mut ops);
-            (*raw).node_type = b::rdma_node_type_RDMA_NODE_IB_CA as u8;
+            (*raw).node_type = b::RDMA_NODE_IB_CA as u8;
             (*raw).phys_port_cnt = id.phys_port_cnt;
             (*raw).num_comp_vectors = id.num_comp_vectors as i32;
             (*raw).node_guid = u64::from_ne_bytes(id.node_guid_be);
             let desc = &mut (*raw).node_desc;
-            for (d, s) in desc.iter_mut().zip(id.node_desc.iter().take(desc.len() - 1)) {
+            let room = desc.len() - 1;
+            for (d, s) in desc.iter_mut().zip(id.node_desc.iter().take(room)) {
                 *d = *s as _;
             }
         }
@@ -365,7 +365,7 @@ impl<T: IbDriver> Device<T> {
                 (
                     Self::from_raw((*uctx).device),
                     (*uctx.cast::<Ucontext<T>>()).ctx.assume_init_ref(),
-                    vma.__bindgen_anon_2.__bindgen_anon_1.vm_pgoff as u64,
+                    vma.vm_pgoff as u64,
                     (vma.__bindgen_anon_1.__bindgen_anon_1.vm_end - vma.__bindgen_anon_1.__bindgen_anon_1.vm_start) as u64,
                 )
             };
@@ -431,9 +431,7 @@ impl<T: IbDriver> Registry<T> {
             e.registered = true;
             // The netdev may have started unregistering while we registered; its notifier
             // skipped us then, so catch up now.
-            // SAFETY: `netdev` is alive (borrowed); `reg_state` is a plain enum field.
-            let reg_state = unsafe { ptr::read_volatile(ptr::addr_of!((*netdev.as_raw()).reg_state)) };
-            if reg_state as u32 != b::netdev_reg_state_NETREG_REGISTERED {
+            if !netdev.is_registered() {
                 // SAFETY: by the type invariant `dev` is alive (its entry is present, lock held)
                 // and it is registered.
                 unsafe { b::ib_unregister_device_queued(dev as *mut b::ib_device) };
@@ -457,7 +455,7 @@ impl<T: IbDriver> Registry<T> {
                 let raw = dev as *mut b::ib_device;
                 // SAFETY: by the type invariant `raw` is alive while its entry is present and
                 // the lock is held; the device reference keeps the memory alive after that.
-                unsafe { b::get_device(ptr::addr_of_mut!((*raw).dev)) };
+                unsafe { b::get_device((*raw).__bindgen_anon_1.dev.as_mut()) };
                 raw
             };
             // SAFETY: we hold a device reference. `ib_unregister_device` serialises with any
@@ -465,7 +463,7 @@ impl<T: IbDriver> Registry<T> {
             // either way `dealloc_driver` has removed the entry when it returns.
             unsafe {
                 b::ib_unregister_device(raw);
-                b::put_device(ptr::addr_of_mut!((*raw).dev));
+                b::put_device((*raw).__bindgen_anon_1.dev.as_mut());
             }
         }
     }

@@ -42,7 +42,7 @@ impl<L: LinkDriver> LinkRegistration<L> {
     /// Registers `handler` for `rdma link add ... type L::TYPE`. One per module.
     pub(crate) fn new(handler: Arc<L>) -> Result<Self> {
         let ops = KBox::pin(Opaque::<b::rdma_link_ops>::uninit(), GFP_KERNEL)?;
-        let p = Arc::as_ptr(&handler) as *mut c_void;
+        let p = &*handler as *const L as *mut c_void;
         HANDLER
             .compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
             .map_err(|_| EBUSY)?;

@@ -13,3 +13,15 @@ pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod sysfs;
 pub(crate) mod udata;
+
+use kernel::error::Error;
+
+/// `EOPNOTSUPP`, which `kernel::error::code` lacks in 6.12.
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+}
+
+/// `EPROTO`, which `kernel::error::code` lacks in 6.12.
+pub(crate) fn eproto() -> Error {
+    Error::from_errno(-(bindings::EPROTO as i32))
+}

@@ -4,7 +4,7 @@
 use super::bindings as b;
 use crate::logic::{link::NetdevKind, port::LinkFacts};
 use core::{marker::PhantomPinned, ptr};
-use kernel::{prelude::*, types::Opaque};
+use kernel::{c_str, prelude::*, types::Opaque};
 
 /// A `struct net_device` that is alive for the borrow.
 ///
@@ -73,6 +73,13 @@ impl NetDev {
         let bytes = unsafe { core::slice::from_raw_parts(name.as_ptr().cast::<u8>(), name.len()) };
         let len = bytes.iter().position(|&c| c == 0).unwrap_or(0);
         CStr::from_bytes_with_nul(&bytes[..=len]).unwrap_or(c_str!("?"))
+    }
+
+    /// Whether the device is fully registered (not yet being unregistered).
+    pub(crate) fn is_registered(&self) -> bool {
+        // SAFETY: by the type invariant the device is alive; `reg_state` is a plain enum field the
+        // core writes under RTNL.
+        unsafe { u32::from((*self.as_raw()).reg_state) == b::netdev_reg_state_NETREG_REGISTERED }
     }
 
     /// Link-layer type facts used to decide whether RoCE can run here.
@@ -151,7 +158,7 @@ pub(crate) enum NetdevEvent {
 }
 
 impl NetdevEvent {
-    fn from_raw(event: u64) -> Option<Self> {
+    fn from_raw(event: usize) -> Option<Self> {
         match event as u32 {
             b::netdev_cmd_NETDEV_UNREGISTER => Some(Self::Unregister),
             b::netdev_cmd_NETDEV_UP
@@ -192,22 +199,25 @@ unsafe impl<H: NetdevHandler> Sync for NetdevNotifier<H> {}
 impl<H: NetdevHandler> NetdevNotifier<H> {
     /// Registers `handler` for netdev events.
     pub(crate) fn new(handler: H) -> impl PinInit<Self, Error> {
+        // The `try_pin_init!` below never fails by itself; registration is chained after it.
         try_pin_init!(Self {
             handler,
             _pin: PhantomPinned,
-            nb <- Opaque::try_ffi_init(|nb: *mut b::notifier_block| {
-                // SAFETY: `nb` is valid for writes; a zeroed `notifier_block` is its C default.
+            nb <- Opaque::ffi_init(|nb: *mut b::notifier_block| {
+                let call: unsafe extern "C" fn(*mut b::notifier_block, usize, *mut core::ffi::c_void) -> i32 =
+                    Self::notifier_call;
+                // SAFETY: `nb` is valid for writes; a zeroed `notifier_block` is its C default
+                // (no next block, priority 0).
                 unsafe {
-                    nb.write(b::notifier_block {
-                        notifier_call: Some(Self::notifier_call),
-                        ..Default::default()
-                    });
+                    nb.write(core::mem::zeroed());
+                    (*nb).notifier_call = Some(call);
                 }
-                // SAFETY: `nb` is pinned inside `Self` and is unregistered in `drop` before it
-                // is freed. The handler is initialised before `nb` (field order above), so the
-                // callback may run at once.
-                kernel::error::to_result(unsafe { b::register_netdevice_notifier(nb) })
             }),
+        })
+        .pin_chain(|this| {
+            // SAFETY: `nb` is pinned inside `Self` and is unregistered in `drop` before it is
+            // freed; the handler is already initialised, so the callback may run at once.
+            kernel::error::to_result(unsafe { b::register_netdevice_notifier(this.nb.get()) })
         })
     }
 
@@ -217,7 +227,7 @@ impl<H: NetdevHandler> NetdevNotifier<H> {
     /// `ptr` a `netdev_notifier_info` for a live device.
     unsafe extern "C" fn notifier_call(
         nb: *mut b::notifier_block,
-        event: u64,
+        event: usize,
         ptr: *mut core::ffi::c_void,
     ) -> i32 {
         let Some(ev) = NetdevEvent::from_raw(event) else {

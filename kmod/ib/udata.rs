@@ -63,7 +63,7 @@ impl Udata {
             let n = rest.min(chunk.len());
             reader.read_slice(&mut chunk[..n])?;
             if chunk[..n].iter().any(|&c| c != 0) {
-                return Err(EOPNOTSUPP);
+                return Err(super::eopnotsupp());
             }
             rest -= n;
         }

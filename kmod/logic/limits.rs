@@ -53,3 +53,5 @@ pub const PHYS_PORT_CNT: u32 = 1;
 pub const LOCAL_CA_ACK_DELAY: u8 = 15;
 /// Firmware version reported as `fw_ver` (major << 32 | minor << 16 | sub).
 pub const FW_VER: u64 = (0u64 << 32) | (1 << 16);
+/// Size of a management datagram (`IB_MGMT_MAD_SIZE`), reported as the port's MAD size.
+pub const IB_MGMT_MAD_SIZE: u32 = 256;

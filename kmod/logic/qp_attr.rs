@@ -433,15 +433,15 @@ pub struct QpCap {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CapField {
     /// `max_send_wr` over `max_qp_wr`.
-    MaxSendWr,
+    SendWr,
     /// `max_recv_wr` over `max_qp_wr`.
-    MaxRecvWr,
+    RecvWr,
     /// `max_send_sge` over `max_send_sge`.
-    MaxSendSge,
+    SendSge,
     /// `max_recv_sge` over `max_recv_sge`.
-    MaxRecvSge,
+    RecvSge,
     /// `max_inline_data` over `max_inline_data`.
-    MaxInlineData,
+    InlineData,
 }
 
 /// A `create_qp` capacity over the device limit.
@@ -478,24 +478,24 @@ pub const fn check_caps(cap: &QpCap, has_srq: bool, limits: &DeviceLimits) -> Re
             Ok(())
         }
     }
-    if let Err(e) = over(CapField::MaxSendWr, cap.max_send_wr, limits.max_qp_wr) {
+    if let Err(e) = over(CapField::SendWr, cap.max_send_wr, limits.max_qp_wr) {
         return Err(e);
     }
     if !has_srq {
-        if let Err(e) = over(CapField::MaxRecvWr, cap.max_recv_wr, limits.max_qp_wr) {
+        if let Err(e) = over(CapField::RecvWr, cap.max_recv_wr, limits.max_qp_wr) {
             return Err(e);
         }
     }
-    if let Err(e) = over(CapField::MaxSendSge, cap.max_send_sge, limits.max_send_sge) {
+    if let Err(e) = over(CapField::SendSge, cap.max_send_sge, limits.max_send_sge) {
         return Err(e);
     }
     if !has_srq {
-        if let Err(e) = over(CapField::MaxRecvSge, cap.max_recv_sge, limits.max_recv_sge) {
+        if let Err(e) = over(CapField::RecvSge, cap.max_recv_sge, limits.max_recv_sge) {
             return Err(e);
         }
     }
     over(
-        CapField::MaxInlineData,
+        CapField::InlineData,
         cap.max_inline_data,
         limits.max_inline_data,
     )

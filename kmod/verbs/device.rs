@@ -112,7 +112,7 @@ impl IbDriver for Rrxe {
             gid_tbl_len: lim::GID_TBL_LEN as i32,
             // RoCEv2 only: ib_core then fills the GID table from the netdev's IP addresses.
             core_cap_flags: b::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP,
-            max_mad_size: b::IB_MGMT_MAD_SIZE,
+            max_mad_size: lim::IB_MGMT_MAD_SIZE,
         })
     }
 
@@ -137,7 +137,7 @@ impl IbDriver for Rrxe {
                 cmd.uabi_version,
                 uapi::UABI_VERSION
             );
-            return Err(EPROTO);
+            return Err(crate::ib::eproto());
         }
         if cmd.reserved != 0 {
             return Err(EINVAL);

@@ -9,7 +9,7 @@ use crate::ib::{
 };
 use crate::logic::{guid, limits as lim, link, port};
 use crate::uapi;
-use kernel::{prelude::*, sync::Arc};
+use kernel::{c_str, prelude::*, sync::Arc};
 
 /// The link handler: creates devices into the registry.
 pub(crate) struct Links {

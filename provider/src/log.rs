@@ -30,12 +30,16 @@ pub fn debug_enabled() -> bool {
 
 /// Prints one `librrxe: ...` line to stderr.
 pub fn line(args: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{PFX}: {args}");
+    raw_line(&format!("{PFX}: {args}"));
 }
 
-/// Prints an already complete line (it carries its own `librrxe:` prefix) to stderr.
+/// Prints an already complete line (it carries its own `librrxe:` prefix) to stderr, with a
+/// single write (stderr is unbuffered: `writeln!` would issue one write per piece).
 pub fn raw_line(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+    let mut buf = String::with_capacity(msg.len() + 1);
+    buf.push_str(msg);
+    buf.push('\n');
+    let _ = std::io::stderr().lock().write_all(buf.as_bytes());
 }
 
 /// `trace!(...)`: a `format!`-style line on stderr when `RRXE_DEBUG` is set.

@@ -19,3 +19,19 @@ pub use cmd::*;
 pub use helpers::*;
 pub use private::*;
 pub use sys::*;
+
+// Layout facts the provider relies on that the fact-sheet table does not list (values from
+// the rdma-core 44 verbs.h and the Linux 6.1 ib_user_verbs.h).
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<ibv_query_device_ex_input>() == 4);
+    assert!(offset_of!(ibv_device_attr, fw_ver) == 0);
+    assert!(crate::abi::layout::field_size!(ibv_device_attr, fw_ver) == 64);
+    assert!(offset_of!(ibv_device_attr_ex, orig_attr) == 0);
+    assert!(offset_of!(ib_uverbs_query_device_resp, fw_ver) == 0);
+    assert!(offset_of!(ib_uverbs_ex_query_device_resp, base) == 0);
+    assert!(offset_of!(ib_uverbs_ex_query_device_resp, comp_mask) == 176);
+    assert!(offset_of!(ib_uverbs_ex_query_device_resp, response_length) == 180);
+    assert!(offset_of!(ibv_device, name) == 24);
+    assert!(offset_of!(verbs_device, sysfs) == 696);
+};

@@ -67,13 +67,13 @@ const IB_QPT_DRIVER: u32 = 0xff;
 /// `qp_state_table[cur][next].valid`.
 const VALID: [[bool; 7]; 7] = [
     // next: RESET  INIT   RTR    RTS    SQD    SQE    ERR
-    [true , true , false, false, false, false, false], // RESET
-    [true , true , true , false, false, false, true ], // INIT
-    [true , false, false, true , false, false, true ], // RTR
-    [true , false, false, true , true , false, true ], // RTS
-    [true , false, false, true , true , false, true ], // SQD
-    [true , false, false, true , false, false, true ], // SQE
-    [true , false, false, false, false, false, true ], // ERR
+    [true, true, false, false, false, false, false], // RESET
+    [true, true, true, false, false, false, true],   // INIT
+    [true, false, false, true, false, false, true],  // RTR
+    [true, false, false, true, true, false, true],   // RTS
+    [true, false, false, true, true, false, true],   // SQD
+    [true, false, false, true, false, false, true],  // SQE
+    [true, false, false, false, false, false, true], // ERR
 ];
 
 /// One non-zero `(req_param[t], opt_param[t])` of `qp_state_table[cur][next]`.
@@ -87,69 +87,475 @@ struct Row {
 
 /// Every non-zero column of `qp_state_table`, in verbs.c order (63 entries).
 const ROWS: &[Row] = &[
-    Row { cur: RESET, next: INIT, qp_type: SMI, req: PKEY_INDEX | QKEY, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: GSI, req: PKEY_INDEX | QKEY, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: RC, req: ACCESS_FLAGS | PKEY_INDEX | PORT, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: UC, req: ACCESS_FLAGS | PKEY_INDEX | PORT, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: UD, req: PKEY_INDEX | PORT | QKEY, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: RAW_PACKET, req: PORT, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: XRC_INI, req: ACCESS_FLAGS | PKEY_INDEX | PORT, opt: 0 },
-    Row { cur: RESET, next: INIT, qp_type: XRC_TGT, req: ACCESS_FLAGS | PKEY_INDEX | PORT, opt: 0 },
-    Row { cur: INIT, next: INIT, qp_type: SMI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: INIT, next: INIT, qp_type: GSI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: INIT, next: INIT, qp_type: RC, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT },
-    Row { cur: INIT, next: INIT, qp_type: UC, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT },
-    Row { cur: INIT, next: INIT, qp_type: UD, req: 0, opt: PKEY_INDEX | PORT | QKEY },
-    Row { cur: INIT, next: INIT, qp_type: XRC_INI, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT },
-    Row { cur: INIT, next: INIT, qp_type: XRC_TGT, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT },
-    Row { cur: INIT, next: RTR, qp_type: SMI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: INIT, next: RTR, qp_type: GSI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: INIT, next: RTR, qp_type: RC, req: AV | PATH_MTU | RQ_PSN | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | DEST_QPN, opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH },
-    Row { cur: INIT, next: RTR, qp_type: UC, req: AV | PATH_MTU | RQ_PSN | DEST_QPN, opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH },
-    Row { cur: INIT, next: RTR, qp_type: UD, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: INIT, next: RTR, qp_type: XRC_INI, req: AV | PATH_MTU | RQ_PSN | DEST_QPN, opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH },
-    Row { cur: INIT, next: RTR, qp_type: XRC_TGT, req: AV | PATH_MTU | RQ_PSN | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | DEST_QPN, opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH },
-    Row { cur: RTR, next: RTS, qp_type: SMI, req: SQ_PSN, opt: CUR_STATE | QKEY },
-    Row { cur: RTR, next: RTS, qp_type: GSI, req: SQ_PSN, opt: CUR_STATE | QKEY },
-    Row { cur: RTR, next: RTS, qp_type: RC, req: TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: RTR, next: RTS, qp_type: UC, req: SQ_PSN, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: RTR, next: RTS, qp_type: UD, req: SQ_PSN, opt: CUR_STATE | QKEY },
-    Row { cur: RTR, next: RTS, qp_type: RAW_PACKET, req: 0, opt: RATE_LIMIT },
-    Row { cur: RTR, next: RTS, qp_type: XRC_INI, req: TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: RTR, next: RTS, qp_type: XRC_TGT, req: TIMEOUT | SQ_PSN, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: RTS, next: RTS, qp_type: SMI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: RTS, next: RTS, qp_type: GSI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: RTS, next: RTS, qp_type: RC, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: RTS, next: RTS, qp_type: UC, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: RTS, next: RTS, qp_type: UD, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: RTS, next: RTS, qp_type: RAW_PACKET, req: 0, opt: RATE_LIMIT },
-    Row { cur: RTS, next: RTS, qp_type: XRC_INI, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: RTS, next: RTS, qp_type: XRC_TGT, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: RTS, next: SQD, qp_type: SMI, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: GSI, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: RC, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: UC, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: UD, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: XRC_INI, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: RTS, next: SQD, qp_type: XRC_TGT, req: 0, opt: EN_SQD_ASYNC_NOTIFY },
-    Row { cur: SQD, next: RTS, qp_type: SMI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: SQD, next: RTS, qp_type: GSI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: SQD, next: RTS, qp_type: RC, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: SQD, next: RTS, qp_type: UC, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: SQD, next: RTS, qp_type: UD, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: SQD, next: RTS, qp_type: XRC_INI, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: SQD, next: RTS, qp_type: XRC_TGT, req: 0, opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE },
-    Row { cur: SQD, next: SQD, qp_type: SMI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: SQD, next: SQD, qp_type: GSI, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: SQD, next: SQD, qp_type: RC, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT | AV | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | ALT_PATH | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | PATH_MIG_STATE },
-    Row { cur: SQD, next: SQD, qp_type: UC, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | AV | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: SQD, next: SQD, qp_type: UD, req: 0, opt: PKEY_INDEX | QKEY },
-    Row { cur: SQD, next: SQD, qp_type: XRC_INI, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT | AV | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | ALT_PATH | PATH_MIG_STATE },
-    Row { cur: SQD, next: SQD, qp_type: XRC_TGT, req: 0, opt: ACCESS_FLAGS | PKEY_INDEX | PORT | AV | TIMEOUT | ALT_PATH | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | PATH_MIG_STATE },
-    Row { cur: SQE, next: RTS, qp_type: SMI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: SQE, next: RTS, qp_type: GSI, req: 0, opt: CUR_STATE | QKEY },
-    Row { cur: SQE, next: RTS, qp_type: UC, req: 0, opt: CUR_STATE | ACCESS_FLAGS },
-    Row { cur: SQE, next: RTS, qp_type: UD, req: 0, opt: CUR_STATE | QKEY },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: SMI,
+        req: PKEY_INDEX | QKEY,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: GSI,
+        req: PKEY_INDEX | QKEY,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: RC,
+        req: ACCESS_FLAGS | PKEY_INDEX | PORT,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: UC,
+        req: ACCESS_FLAGS | PKEY_INDEX | PORT,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: UD,
+        req: PKEY_INDEX | PORT | QKEY,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: RAW_PACKET,
+        req: PORT,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: XRC_INI,
+        req: ACCESS_FLAGS | PKEY_INDEX | PORT,
+        opt: 0,
+    },
+    Row {
+        cur: RESET,
+        next: INIT,
+        qp_type: XRC_TGT,
+        req: ACCESS_FLAGS | PKEY_INDEX | PORT,
+        opt: 0,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: SMI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: GSI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: RC,
+        req: 0,
+        opt: ACCESS_FLAGS | PKEY_INDEX | PORT,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: UC,
+        req: 0,
+        opt: ACCESS_FLAGS | PKEY_INDEX | PORT,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: UD,
+        req: 0,
+        opt: PKEY_INDEX | PORT | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: XRC_INI,
+        req: 0,
+        opt: ACCESS_FLAGS | PKEY_INDEX | PORT,
+    },
+    Row {
+        cur: INIT,
+        next: INIT,
+        qp_type: XRC_TGT,
+        req: 0,
+        opt: ACCESS_FLAGS | PKEY_INDEX | PORT,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: SMI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: GSI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: RC,
+        req: AV | PATH_MTU | RQ_PSN | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | DEST_QPN,
+        opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: UC,
+        req: AV | PATH_MTU | RQ_PSN | DEST_QPN,
+        opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: UD,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: XRC_INI,
+        req: AV | PATH_MTU | RQ_PSN | DEST_QPN,
+        opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH,
+    },
+    Row {
+        cur: INIT,
+        next: RTR,
+        qp_type: XRC_TGT,
+        req: AV | PATH_MTU | RQ_PSN | MIN_RNR_TIMER | MAX_DEST_RD_ATOMIC | DEST_QPN,
+        opt: ACCESS_FLAGS | PKEY_INDEX | ALT_PATH,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: SMI,
+        req: SQ_PSN,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: GSI,
+        req: SQ_PSN,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: RC,
+        req: TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: UC,
+        req: SQ_PSN,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: UD,
+        req: SQ_PSN,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: RAW_PACKET,
+        req: 0,
+        opt: RATE_LIMIT,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: XRC_INI,
+        req: TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTR,
+        next: RTS,
+        qp_type: XRC_TGT,
+        req: TIMEOUT | SQ_PSN,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: SMI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: GSI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: RC,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: UC,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: UD,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: RAW_PACKET,
+        req: 0,
+        opt: RATE_LIMIT,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: XRC_INI,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTS,
+        next: RTS,
+        qp_type: XRC_TGT,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: SMI,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: GSI,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: RC,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: UC,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: UD,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: XRC_INI,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: RTS,
+        next: SQD,
+        qp_type: XRC_TGT,
+        req: 0,
+        opt: EN_SQD_ASYNC_NOTIFY,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: SMI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: GSI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: RC,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: UC,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: UD,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: XRC_INI,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: RTS,
+        qp_type: XRC_TGT,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS | ALT_PATH | MIN_RNR_TIMER | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: SMI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: GSI,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: RC,
+        req: 0,
+        opt: ACCESS_FLAGS
+            | PKEY_INDEX
+            | PORT
+            | AV
+            | TIMEOUT
+            | RETRY_CNT
+            | RNR_RETRY
+            | MAX_QP_RD_ATOMIC
+            | ALT_PATH
+            | MIN_RNR_TIMER
+            | MAX_DEST_RD_ATOMIC
+            | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: UC,
+        req: 0,
+        opt: ACCESS_FLAGS | PKEY_INDEX | AV | ALT_PATH | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: UD,
+        req: 0,
+        opt: PKEY_INDEX | QKEY,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: XRC_INI,
+        req: 0,
+        opt: ACCESS_FLAGS
+            | PKEY_INDEX
+            | PORT
+            | AV
+            | TIMEOUT
+            | RETRY_CNT
+            | RNR_RETRY
+            | MAX_QP_RD_ATOMIC
+            | ALT_PATH
+            | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQD,
+        next: SQD,
+        qp_type: XRC_TGT,
+        req: 0,
+        opt: ACCESS_FLAGS
+            | PKEY_INDEX
+            | PORT
+            | AV
+            | TIMEOUT
+            | ALT_PATH
+            | MIN_RNR_TIMER
+            | MAX_DEST_RD_ATOMIC
+            | PATH_MIG_STATE,
+    },
+    Row {
+        cur: SQE,
+        next: RTS,
+        qp_type: SMI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: SQE,
+        next: RTS,
+        qp_type: GSI,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
+    Row {
+        cur: SQE,
+        next: RTS,
+        qp_type: UC,
+        req: 0,
+        opt: CUR_STATE | ACCESS_FLAGS,
+    },
+    Row {
+        cur: SQE,
+        next: RTS,
+        qp_type: UD,
+        req: 0,
+        opt: CUR_STATE | QKEY,
+    },
 ];
 
 /// `(valid, req, opt)` of the C table for in-range arguments; `None` when C would index out of
@@ -225,7 +631,10 @@ fn qp_type(raw: u32) -> QpType {
 fn transcription_is_well_formed() {
     assert_eq!(ROWS.len(), 63);
     for r in ROWS {
-        assert!(VALID[r.cur as usize][r.next as usize], "row on an invalid pair");
+        assert!(
+            VALID[r.cur as usize][r.next as usize],
+            "row on an invalid pair"
+        );
         assert_eq!(r.req & r.opt, 0, "a bit both required and optional");
         assert_eq!((r.req | r.opt) & STATE, 0, "STATE listed in the table");
         assert!(r.qp_type < IB_QPT_MAX && r.qp_type != 7);
@@ -261,7 +670,11 @@ fn required_and_optional_masks_match_verbs_c_for_every_pair_and_type() {
                 let got = transition_masks(cur, next, t);
                 if valid {
                     let (r, o) = got.unwrap_or_else(|| panic!("{cur:?}->{next:?} {t:?} invalid"));
-                    assert_eq!((r.bits(), o.bits()), (req, opt), "{cur:?} -> {next:?} {t:?}");
+                    assert_eq!(
+                        (r.bits(), o.bits()),
+                        (req, opt),
+                        "{cur:?} -> {next:?} {t:?}"
+                    );
                 } else {
                     assert_eq!(got, None, "{cur:?} -> {next:?} {t:?}");
                 }
@@ -341,7 +754,12 @@ fn out_of_range_states_and_types_are_never_ok() {
 #[test]
 fn reset_to_err_is_invalid_for_every_type() {
     for t in QpType::ALL {
-        assert!(!modify_is_ok(QpState::Reset, QpState::Err, t, AttrMask::STATE));
+        assert!(!modify_is_ok(
+            QpState::Reset,
+            QpState::Err,
+            t,
+            AttrMask::STATE
+        ));
     }
 }
 
@@ -349,14 +767,24 @@ fn reset_to_err_is_invalid_for_every_type() {
 fn rtr_to_rtr_is_invalid_for_every_type() {
     for t in QpType::ALL {
         assert_eq!(transition_masks(QpState::Rtr, QpState::Rtr, t), None);
-        assert!(!modify_is_ok(QpState::Rtr, QpState::Rtr, t, AttrMask::STATE));
+        assert!(!modify_is_ok(
+            QpState::Rtr,
+            QpState::Rtr,
+            t,
+            AttrMask::STATE
+        ));
     }
 }
 
 #[test]
 fn init_to_rts_is_invalid_for_every_type() {
     for t in QpType::ALL {
-        assert!(!modify_is_ok(QpState::Init, QpState::Rts, t, AttrMask::STATE));
+        assert!(!modify_is_ok(
+            QpState::Init,
+            QpState::Rts,
+            t,
+            AttrMask::STATE
+        ));
     }
 }
 
@@ -366,14 +794,24 @@ fn reset_to_init_rc_requires_exactly_pkey_port_access() {
     assert_eq!(req.bits(), PKEY_INDEX | PORT | ACCESS_FLAGS);
     assert!(opt.is_empty());
     let full = AttrMask::from_bits(STATE | PKEY_INDEX | PORT | ACCESS_FLAGS);
-    assert!(modify_is_ok(QpState::Reset, QpState::Init, QpType::Rc, full));
+    assert!(modify_is_ok(
+        QpState::Reset,
+        QpState::Init,
+        QpType::Rc,
+        full
+    ));
     for missing in [PKEY_INDEX, PORT, ACCESS_FLAGS] {
         let m = AttrMask::from_bits(full.bits() & !missing);
         assert!(!modify_is_ok(QpState::Reset, QpState::Init, QpType::Rc, m));
     }
     // QKEY is a UD attribute.
     let with_qkey = AttrMask::from_bits(full.bits() | QKEY);
-    assert!(!modify_is_ok(QpState::Reset, QpState::Init, QpType::Rc, with_qkey));
+    assert!(!modify_is_ok(
+        QpState::Reset,
+        QpState::Init,
+        QpType::Rc,
+        with_qkey
+    ));
 }
 
 #[test]
@@ -409,7 +847,10 @@ fn every_transition_to_reset_or_err_accepts_exactly_state() {
                 assert!(modify_is_ok(cur, next, t, AttrMask::EMPTY));
                 for bit in 1..32 {
                     let m = AttrMask::from_bits(STATE | 1 << bit);
-                    assert!(!modify_is_ok(cur, next, t, m), "{cur:?}->{next:?} {t:?} {m:?}");
+                    assert!(
+                        !modify_is_ok(cur, next, t, m),
+                        "{cur:?}->{next:?} {t:?} {m:?}"
+                    );
                 }
             }
         }
@@ -441,9 +882,13 @@ fn cur_state_is_accepted_only_where_the_table_lists_it_optional() {
             for t in QpType::ALL {
                 let (_, req, opt) = c_entry(cur.as_raw(), next.as_raw(), t.as_raw()).unwrap();
                 let m = AttrMask::from_bits(req | CUR_STATE | STATE);
-                let listed = VALID[cur.as_raw() as usize][next.as_raw() as usize]
-                    && opt & CUR_STATE != 0;
-                assert_eq!(modify_is_ok(cur, next, t, m), listed, "{cur:?}->{next:?} {t:?}");
+                let listed =
+                    VALID[cur.as_raw() as usize][next.as_raw() as usize] && opt & CUR_STATE != 0;
+                assert_eq!(
+                    modify_is_ok(cur, next, t, m),
+                    listed,
+                    "{cur:?}->{next:?} {t:?}"
+                );
                 if listed {
                     assert!(matches!(
                         cur,
@@ -490,7 +935,10 @@ fn cap_and_en_sqd_masks_follow_the_table() {
             t,
             AttrMask::from_bits(STATE | EN_SQD_ASYNC_NOTIFY),
         );
-        let raw = matches!(t, QpType::RawIpv6 | QpType::RawEthertype | QpType::RawPacket);
+        let raw = matches!(
+            t,
+            QpType::RawIpv6 | QpType::RawEthertype | QpType::RawPacket
+        );
         assert_eq!(ok, !raw, "{t:?}");
     }
 }
