@@ -18,3 +18,4 @@ wait_for() { local t=$1; shift; local end=$(( $(date +%s) + t )); until "$@" >/d
 summary() { echo "$PASSED passed, $FAILED failed"; exit "$FAILED"; }
 port_state() { ibv_devinfo -d "$1" 2>/dev/null | awk '/state:/ && !/phys/ {print $2; exit}'; }
 active_mtu() { ibv_devinfo -d "$1" 2>/dev/null | awk '/active_mtu:/ {print $2; exit}'; }
+export -f port_state active_mtu
