@@ -47,7 +47,7 @@ impl kernel::Module for RrxeModule {
         let registry = Registry::<Rrxe>::new(module)?;
         let notifier = KBox::pin_init(NetdevNotifier::new(registry.clone()), GFP_KERNEL)?;
         let links = LinkRegistration::new(Arc::new(Links::new(registry.clone()), GFP_KERNEL)?)?;
-        pr_info!("rrxe: loaded (uABI {})\n", uapi::UABI_VERSION);
+        pr_info!("loaded (uABI {})\n", uapi::UABI_VERSION);
         Ok(RrxeModule {
             _links: links,
             _devices: Devices(registry),

@@ -15,9 +15,22 @@ for i in $(seq 1 20); do cycle || break; ok=$i; done
 after=$(slab_total)
 check "twenty_load_add_delete_unload_cycles" test "$ok" = 20
 check "module_gone_after_cycles" bash -c "! grep -q '^rrxe ' /proc/modules"
-# Slab usage may wobble by a few pages of per-cpu caches; a per-cycle leak would show as growth.
-echo "slab bytes before=$before after=$after"
-check "no_slab_growth_over_cycles" test $(( after - before )) -lt 262144
+# Under generic KASAN freed objects wait in a quarantine, so slab totals grow without a leak:
+# print them for information; the leak checks are kmemleak and the references below.
+echo "slab bytes before=$before after=$after (KASAN quarantine included)"
+if [ -w /sys/kernel/debug/kmemleak ]; then
+  echo scan > /sys/kernel/debug/kmemleak
+  check "kmemleak_clean_after_cycles" test ! -s /sys/kernel/debug/kmemleak
+fi
+# No netdev reference left behind: a held reference would block the delete
+# ("waiting for veth0 to become free") and leave the device visible.
+ip link add vethz0 type veth peer name vethz1; ip link set vethz0 up
+modprobe rrxe && rdma link add rrxe0 type rrxe netdev vethz0 && rdma link delete rrxe0 && modprobe -r rrxe
+ip link del vethz0 &
+check "netdev_freed_after_cycles" wait_for 10 bash -c "! test -e /sys/class/net/vethz0"
+# ib_core itself unloads: no reference on ib_core objects was leaked.
+check "ib_core_unloads_after_cycles" modprobe -r ib_uverbs ib_core
+modprobe ib_uverbs
 
 # rmmod removes every rrxe device, including ones never deleted
 modprobe rrxe
