@@ -3,6 +3,8 @@
 #include <linux/netdevice.h>
 #include <linux/notifier.h>
 #include <linux/sysfs.h>
+#include <net/route.h>
+#include <net/ipv6_stubs.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_mad.h>
 #include <rdma/ib_umem.h>

@@ -13,6 +13,8 @@
 
 use super::bindings as b;
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
+use super::objects::{AddressVector, CqInit, MrArgs, MrKeys, QpInit, QpSnapshot};
+use crate::logic::qp_attr::ModifyRequest;
 use super::udata::Udata;
 use core::{
     mem::{size_of, MaybeUninit},
@@ -74,6 +76,52 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn mmap(dev: &Device<Self>, ctx: &Self::Context, pgoff: u64, len: u64) -> Result;
     /// The bound netdev changed state (up/down, carrier, MTU). Called under RTNL.
     fn link_changed(dev: &Device<Self>);
+
+    /// Protection domain data.
+    type Pd: Send + Sync;
+    /// Completion queue data.
+    type Cq: Send + Sync;
+    /// Queue pair data.
+    type Qp: Send + Sync;
+    /// Memory region data.
+    type Mr: Send + Sync;
+    /// Address handle data.
+    type Ah: Send + Sync;
+
+    /// `alloc_pd`.
+    fn alloc_pd(dev: &Device<Self>, udata: Option<&Udata>) -> Result<Self::Pd>;
+    /// `dealloc_pd`: runs before the data is dropped.
+    fn dealloc_pd(dev: &Device<Self>, pd: &Self::Pd);
+    /// `create_cq`: returns the data and the number of CQEs granted.
+    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>) -> Result<(Self::Cq, u32)>;
+    /// `destroy_cq`: runs before the data is dropped.
+    fn destroy_cq(dev: &Device<Self>, cq: &Self::Cq);
+    /// `resize_cq`: returns the number of CQEs granted.
+    fn resize_cq(dev: &Device<Self>, cq: &Self::Cq, cqe: u32, udata: Option<&Udata>) -> Result<u32>;
+    /// `create_qp`: may lower `init.cap` to what is granted; returns the data and the QPN.
+    fn create_qp(dev: &Device<Self>, pd: &Self::Pd, init: &mut QpInit, udata: Option<&Udata>)
+        -> Result<(Self::Qp, u32)>;
+    /// `modify_qp`: `av` is present when the mask has `IB_QP_AV`.
+    fn modify_qp(
+        dev: &Device<Self>,
+        qp: &Self::Qp,
+        req: &ModifyRequest,
+        av: Option<&AddressVector>,
+        udata: Option<&Udata>,
+    ) -> Result;
+    /// `query_qp`.
+    fn query_qp(dev: &Device<Self>, qp: &Self::Qp) -> Result<QpSnapshot>;
+    /// `destroy_qp` (any state): runs before the data is dropped.
+    fn destroy_qp(dev: &Device<Self>, qp: &Self::Qp);
+    /// `reg_user_mr`.
+    fn reg_user_mr(dev: &Device<Self>, pd: &Self::Pd, args: &MrArgs, udata: Option<&Udata>)
+        -> Result<(Self::Mr, MrKeys)>;
+    /// `dereg_mr`: runs before the data is dropped.
+    fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr);
+    /// `create_ah` (user and kernel callers).
+    fn create_ah(dev: &Device<Self>, pd: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah>;
+    /// `destroy_ah`: runs before the data is dropped.
+    fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah);
 }
 
 /// An `ib_device` owned by ib_core with driver `T`'s data embedded.
@@ -102,12 +150,12 @@ impl<T: IbDriver> Device<T> {
     ///
     /// `ptr` must be an `ib_device` created by [`Device::<T>::register`] whose `dealloc_driver`
     /// has not run yet, and it must stay that way for `'a`.
-    unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
+    pub(super) unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
         // SAFETY: by the type invariant `ibdev` is at offset 0; the caller guarantees validity.
         unsafe { &*ptr.cast::<Self>() }
     }
 
-    fn as_raw(&self) -> *mut b::ib_device {
+    pub(super) fn as_raw(&self) -> *mut b::ib_device {
         self.ibdev.get()
     }
 
@@ -240,6 +288,7 @@ impl<T: IbDriver> Device<T> {
         ops.dealloc_ucontext = Some(Self::dealloc_ucontext_callback);
         ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
         ops.mmap = Some(Self::mmap_callback);
+        super::objects::fill_ops::<T>(&mut ops);
         ops
     }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Wrappers for static inlines; see helpers.h. */
 #include <linux/if_vlan.h>
+#include <rdma/ib_cache.h>
 #include "helpers.h"
 
 void rrxe_dev_hold(struct net_device *dev)
@@ -31,4 +32,22 @@ bool rrxe_is_vlan_dev(const struct net_device *dev)
 struct net_device *rrxe_netdev_notifier_info_to_dev(const struct netdev_notifier_info *info)
 {
 	return netdev_notifier_info_to_dev(info);
+}
+
+struct net *rrxe_dev_net(const struct net_device *dev)
+{
+	return dev_net(dev);
+}
+
+/* rdma_read_gid_attr_ndev_rcu() must run inside an RCU read-side section. */
+bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_device *dev)
+{
+	struct net_device *ndev;
+	bool same;
+
+	rcu_read_lock();
+	ndev = rdma_read_gid_attr_ndev_rcu(attr);
+	same = !IS_ERR(ndev) && ndev == dev;
+	rcu_read_unlock();
+	return same;
 }

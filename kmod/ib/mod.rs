@@ -11,6 +11,7 @@ pub(crate) mod bindings;
 pub(crate) mod device;
 pub(crate) mod link;
 pub(crate) mod netdev;
+pub(crate) mod objects;
 pub(crate) mod sysfs;
 pub(crate) mod udata;
 

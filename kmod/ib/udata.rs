@@ -70,6 +70,12 @@ impl Udata {
         Ok(cmd)
     }
 
+    /// For verbs with no driver-private command: accepts only an empty or all-zero buffer.
+    pub(crate) fn expect_no_cmd(&self) -> Result {
+        let _: NoCmd = self.read_cmd()?;
+        Ok(())
+    }
+
     /// Writes the response, truncated to what the caller can receive.
     pub(crate) fn respond<T: AsBytes>(&self, resp: &T) -> Result {
         let n = size_of::<T>().min(self.outlen);
@@ -89,3 +95,11 @@ unsafe impl AsBytes for uapi::AllocUcontextCmd {}
 unsafe impl FromBytes for uapi::AllocUcontextResp {}
 // SAFETY: as above.
 unsafe impl AsBytes for uapi::AllocUcontextResp {}
+
+/// A zero-length command.
+#[derive(Default)]
+struct NoCmd;
+// SAFETY: a zero-sized type has no bytes.
+unsafe impl FromBytes for NoCmd {}
+// SAFETY: a zero-sized type has no bytes.
+unsafe impl AsBytes for NoCmd {}

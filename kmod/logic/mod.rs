@@ -6,9 +6,12 @@
 //! them with cargo (unit, table and property tests). Nothing here calls back into the kernel.
 
 pub mod guid;
+pub mod idalloc;
 pub mod limits;
 pub mod link;
+pub mod mr;
 pub mod port;
+pub mod roce;
 
 pub mod psn;
 pub mod qp_attr;

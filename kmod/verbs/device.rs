@@ -1,28 +1,117 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Device-level verbs: query_device, query_port, port immutables, P_Keys, user contexts.
 
+use super::{ah, cq, mr, pd, qp};
 use crate::ib::{
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
+    objects::{AddressVector, CqInit, MrArgs, MrKeys, QpInit, QpSnapshot},
     udata::Udata,
 };
-use crate::logic::{limits as lim, port};
+use crate::logic::{idalloc::IdAlloc, limits as lim, port, qp_attr::ModifyRequest};
 use crate::uapi;
-use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::prelude::*;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use kernel::{new_mutex, prelude::*, sync::Mutex};
 
 /// The rrxe driver.
 pub(crate) struct Rrxe;
 
+/// A count of live objects of one kind, bounded by the advertised maximum.
+#[derive(Default)]
+pub(crate) struct Quota(AtomicU32);
+
+impl Quota {
+    /// Counts one more object, or `ENOMEM` at `max`.
+    pub(crate) fn take(&self, max: u32) -> Result {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n < max { Some(n + 1) } else { None })
+            .map(|_| ())
+            .map_err(|_| ENOMEM)
+    }
+}
+
+/// Live-object counts per kind.
+#[derive(Default)]
+pub(crate) struct Quotas {
+    pub(crate) pd: Quota,
+    pub(crate) cq: Quota,
+    pub(crate) qp: Quota,
+    pub(crate) ah: Quota,
+}
+
+/// An id bitmap and its allocator.
+struct Ids {
+    alloc: IdAlloc,
+    bits: KVec<u64>,
+}
+
+impl Ids {
+    fn new(first: u32, count: u32) -> Result<Self> {
+        let words = count.div_ceil(64) as usize;
+        let mut bits = KVec::with_capacity(words, GFP_KERNEL)?;
+        for _ in 0..words {
+            bits.push(0u64, GFP_KERNEL)?;
+        }
+        Ok(Ids { alloc: IdAlloc::new(first), bits })
+    }
+}
+
 /// Per-device state.
+#[pin_data]
 pub(crate) struct RrxeDev {
     /// The port state last reported to ib_core, so that events are sent on changes only.
     port_active: AtomicBool,
+    pub(crate) quota: Quotas,
+    /// QP numbers; 0 and 1 are reserved (SMI, GSI).
+    #[pin]
+    qpns: Mutex<Ids>,
+    /// MR key indices (index 0 is never used, so no key is 0).
+    #[pin]
+    mr_ids: Mutex<Ids>,
+    /// The rotating key byte of the next MR.
+    mr_key: AtomicU8,
 }
 
 impl RrxeDev {
-    pub(crate) fn new(active: bool) -> Self {
-        RrxeDev { port_active: AtomicBool::new(active) }
+    pub(crate) fn new(active: bool) -> impl PinInit<Self, Error> {
+        try_pin_init!(RrxeDev {
+            port_active: AtomicBool::new(active),
+            quota: Quotas::default(),
+            qpns <- new_mutex!(Ids::new(2, lim::MAX_QP)?, "rrxe:qpns"),
+            mr_ids <- new_mutex!(Ids::new(1, lim::MAX_MR)?, "rrxe:mr_ids"),
+            mr_key: AtomicU8::new(0),
+        }? Error)
+    }
+
+    /// Releases one object counted by `q`.
+    pub(crate) fn release(q: &Quota) {
+        q.0.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn alloc_qpn(&self) -> Result<u32> {
+        let mut ids = self.qpns.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        alloc.alloc(bits).ok_or(ENOMEM)
+    }
+
+    pub(crate) fn free_qpn(&self, qpn: u32) {
+        let mut ids = self.qpns.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        alloc.free(bits, qpn);
+    }
+
+    /// An MR index and a fresh key byte.
+    pub(crate) fn alloc_mr_index(&self) -> Result<(u32, u8)> {
+        let mut ids = self.mr_ids.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        let index = alloc.alloc(bits).ok_or(ENOMEM)?;
+        Ok((index, self.mr_key.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    pub(crate) fn free_mr_index(&self, index: u32) {
+        let mut ids = self.mr_ids.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        alloc.free(bits, index);
     }
 }
 
@@ -42,6 +131,69 @@ fn check_port(port: u32) -> Result {
 impl IbDriver for Rrxe {
     type Data = RrxeDev;
     type Context = RrxeContext;
+    type Pd = pd::RrxePd;
+    type Cq = cq::RrxeCq;
+    type Qp = qp::RrxeQp;
+    type Mr = mr::RrxeMr;
+    type Ah = ah::RrxeAh;
+
+    fn alloc_pd(dev: &Device<Self>, udata: Option<&Udata>) -> Result<Self::Pd> {
+        pd::alloc(dev, udata)
+    }
+
+    fn dealloc_pd(dev: &Device<Self>, p: &Self::Pd) {
+        pd::dealloc(dev, p)
+    }
+
+    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>) -> Result<(Self::Cq, u32)> {
+        cq::create(dev, init, udata)
+    }
+
+    fn destroy_cq(dev: &Device<Self>, c: &Self::Cq) {
+        cq::destroy(dev, c)
+    }
+
+    fn resize_cq(dev: &Device<Self>, c: &Self::Cq, cqe: u32, udata: Option<&Udata>) -> Result<u32> {
+        cq::resize(dev, c, cqe, udata)
+    }
+
+    fn create_qp(dev: &Device<Self>, p: &Self::Pd, init: &mut QpInit, udata: Option<&Udata>) -> Result<(Self::Qp, u32)> {
+        qp::create(dev, p, init, udata)
+    }
+
+    fn modify_qp(
+        dev: &Device<Self>,
+        q: &Self::Qp,
+        req: &ModifyRequest,
+        av: Option<&AddressVector>,
+        udata: Option<&Udata>,
+    ) -> Result {
+        qp::modify(dev, q, req, av, udata)
+    }
+
+    fn query_qp(dev: &Device<Self>, q: &Self::Qp) -> Result<QpSnapshot> {
+        qp::query(dev, q)
+    }
+
+    fn destroy_qp(dev: &Device<Self>, q: &Self::Qp) {
+        qp::destroy(dev, q)
+    }
+
+    fn reg_user_mr(dev: &Device<Self>, p: &Self::Pd, args: &MrArgs, udata: Option<&Udata>) -> Result<(Self::Mr, MrKeys)> {
+        mr::reg_user(dev, p, args, udata)
+    }
+
+    fn dereg_mr(dev: &Device<Self>, m: &Self::Mr) {
+        mr::dereg(dev, m)
+    }
+
+    fn create_ah(dev: &Device<Self>, p: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah> {
+        ah::create(dev, p, av, udata)
+    }
+
+    fn destroy_ah(dev: &Device<Self>, a: &Self::Ah) {
+        ah::destroy(dev, a)
+    }
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr, udata: Option<&Udata>) -> Result {
         // No driver-private request or response is defined for query_device.

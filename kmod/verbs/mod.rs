@@ -1,8 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver: safe Rust on top of `ib/`, asking `logic/` for every decision.
 
+mod ah;
+mod av;
+mod cq;
 mod device;
 mod link;
+mod mr;
+mod pd;
+mod qp;
 
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;
+
+use kernel::prelude::*;
+
+/// Converts a `logic` errno (positive) into an [`Error`].
+fn errno(e: i32) -> Error {
+    Error::from_errno(-e)
+}

@@ -1,0 +1,657 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Verbs objects: PD, CQ, QP, MR and AH, their attribute views, and the ops trampolines.
+//!
+//! ib_core allocates PDs, CQs, QPs and AHs itself (`size_ib_*` in the ops): an [`Obj`] is that
+//! allocation, the ib_core struct at offset 0 (the `INIT_RDMA_OBJ_SIZE` rule) and the driver's
+//! data after it. The data is written by the create trampoline only after the driver's create
+//! succeeded, and dropped by the destroy trampoline, which ib_core calls exactly once for a
+//! created object. MRs are allocated by the driver, so an MR [`Obj`] lives in a `KBox`.
+
+use super::bindings as b;
+use super::device::{Device, IbDriver};
+use super::udata::Udata;
+use crate::logic::{
+    qp_attr::{ModifyRequest, QpCap},
+    qp_state::AttrMask,
+};
+use core::{mem::MaybeUninit, ptr};
+use kernel::{error::from_result, prelude::*, types::Opaque};
+
+/// An ib_core object with driver data `D` after it.
+#[repr(C)]
+pub(crate) struct Obj<C, D> {
+    ib: Opaque<C>,
+    data: MaybeUninit<D>,
+}
+
+impl<C, D> Obj<C, D> {
+    /// # Safety
+    ///
+    /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` whose data was
+    /// initialised and not yet dropped, for `'a`.
+    pub(crate) unsafe fn data<'a>(ptr: *mut C) -> &'a D {
+        // SAFETY: per the contract above.
+        unsafe { (*ptr.cast::<Self>()).data.assume_init_ref() }
+    }
+
+    /// # Safety
+    ///
+    /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` with uninitialised
+    /// data.
+    unsafe fn init(ptr: *mut C, d: D) {
+        // SAFETY: per the contract above.
+        unsafe { (*ptr.cast::<Self>()).data.write(d) };
+    }
+
+    /// # Safety
+    ///
+    /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` with initialised data
+    /// that nothing uses any more.
+    unsafe fn drop_data(ptr: *mut C) {
+        // SAFETY: per the contract above.
+        unsafe { (*ptr.cast::<Self>()).data.assume_init_drop() };
+    }
+}
+
+/// `create_cq` parameters.
+pub(crate) struct CqInit {
+    pub(crate) cqe: u32,
+    pub(crate) comp_vector: u32,
+    pub(crate) flags: u32,
+}
+
+/// `create_qp` parameters, and the caps the driver grants.
+pub(crate) struct QpInit {
+    pub(crate) qp_type: u32,
+    pub(crate) cap: QpCap,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) has_srq: bool,
+    pub(crate) create_flags: u32,
+    pub(crate) has_xrcd: bool,
+    pub(crate) has_rwq_ind_tbl: bool,
+    pub(crate) has_send_cq: bool,
+    pub(crate) has_recv_cq: bool,
+    pub(crate) source_qpn: u32,
+}
+
+/// An address vector as the driver sees it: the GRH fields, the resolved destination MAC and
+/// what ib_core knows of the source GID.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AddressVector {
+    pub(crate) port_num: u32,
+    pub(crate) sl: u8,
+    pub(crate) static_rate: u8,
+    pub(crate) has_grh: bool,
+    pub(crate) is_roce: bool,
+    pub(crate) dgid: [u8; 16],
+    pub(crate) flow_label: u32,
+    pub(crate) sgid_index: u8,
+    pub(crate) hop_limit: u8,
+    pub(crate) traffic_class: u8,
+    pub(crate) dmac: [u8; 6],
+    /// The source GID entry, when ib_core attached one.
+    pub(crate) sgid: Option<SgidInfo>,
+}
+
+/// What the GID table says about the source GID.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SgidInfo {
+    pub(crate) gid: [u8; 16],
+    pub(crate) is_roce_v2: bool,
+    /// The GID belongs to the netdev this device is bound to.
+    pub(crate) on_our_netdev: bool,
+}
+
+impl AddressVector {
+    /// # Safety
+    ///
+    /// `ah` must be a valid `rdma_ah_attr` whose `grh.sgid_attr` is NULL or a live GID entry.
+    unsafe fn from_raw<T: IbDriver>(dev: &Device<T>, ah: *const b::rdma_ah_attr) -> Self {
+        // SAFETY: per the contract above.
+        let ah = unsafe { &*ah };
+        let grh = &ah.grh;
+        let sgid = if grh.sgid_attr.is_null() {
+            None
+        } else {
+            // SAFETY: non-null, so a live GID entry (contract); reading `ndev` needs RCU,
+            // which the helper takes.
+            unsafe {
+                let attr = &*grh.sgid_attr;
+                Some(SgidInfo {
+                    gid: *attr.gid.raw.as_ref(),
+                    is_roce_v2: attr.gid_type == b::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+                    on_our_netdev: b::rrxe_gid_attr_ndev_is(grh.sgid_attr, dev.netdev().as_raw()),
+                })
+            }
+        };
+        AddressVector {
+            port_num: ah.port_num,
+            sl: ah.sl,
+            static_rate: ah.static_rate,
+            has_grh: u32::from(ah.ah_flags) & b::ib_ah_flags_IB_AH_GRH != 0,
+            is_roce: ah.type_ == b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE,
+            // SAFETY: every member of `union ib_gid` is plain bytes.
+            dgid: unsafe { *grh.dgid.raw.as_ref() },
+            flow_label: grh.flow_label,
+            sgid_index: grh.sgid_index,
+            hop_limit: grh.hop_limit,
+            traffic_class: grh.traffic_class,
+            // SAFETY: for a RoCE address the `roce` member is the active one; for others the
+            // bytes are still initialised (the attr is zeroed before use by ib_core).
+            dmac: unsafe { ah.__bindgen_anon_1.roce.as_ref().dmac },
+            sgid,
+        }
+    }
+
+    fn write_raw(&self, out: &mut b::rdma_ah_attr) {
+        out.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        out.port_num = self.port_num;
+        out.sl = self.sl;
+        out.static_rate = self.static_rate;
+        out.ah_flags = if self.has_grh { b::ib_ah_flags_IB_AH_GRH as u8 } else { 0 };
+        out.grh.sgid_attr = ptr::null();
+        // SAFETY: writing the raw-bytes member of `union ib_gid`.
+        unsafe { *out.grh.dgid.raw.as_mut() = self.dgid };
+        out.grh.flow_label = self.flow_label;
+        out.grh.sgid_index = self.sgid_index;
+        out.grh.hop_limit = self.hop_limit;
+        out.grh.traffic_class = self.traffic_class;
+        // SAFETY: writing the `roce` member of a plain-data union.
+        unsafe { out.__bindgen_anon_1.roce.as_mut().dmac = self.dmac };
+    }
+}
+
+/// Everything `query_qp` reports.
+#[derive(Default)]
+pub(crate) struct QpSnapshot {
+    pub(crate) qp_state: u32,
+    pub(crate) cur_qp_state: u32,
+    pub(crate) path_mtu: u32,
+    pub(crate) path_mig_state: u32,
+    pub(crate) qkey: u32,
+    pub(crate) rq_psn: u32,
+    pub(crate) sq_psn: u32,
+    pub(crate) dest_qp_num: u32,
+    pub(crate) qp_access_flags: u32,
+    pub(crate) cap: QpCap,
+    pub(crate) av: AddressVector,
+    pub(crate) pkey_index: u16,
+    pub(crate) en_sqd_async_notify: u8,
+    pub(crate) sq_draining: u8,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) max_dest_rd_atomic: u8,
+    pub(crate) min_rnr_timer: u8,
+    pub(crate) port_num: u32,
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) qp_type: u32,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// Pinned user memory (`struct ib_umem`), released on drop.
+///
+/// # Invariants
+///
+/// `self.0` is a valid umem from `ib_umem_get` that this value owns.
+pub(crate) struct Umem(*mut b::ib_umem);
+
+// SAFETY: a umem may be released from any thread.
+unsafe impl Send for Umem {}
+// SAFETY: no `&self` method mutates the umem.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// Pins `len` bytes at user address `addr` for `access`.
+    pub(crate) fn get<T: IbDriver>(dev: &Device<T>, addr: u64, len: u64, access: i32) -> Result<Self> {
+        // SAFETY: the device is alive; `ib_umem_get` validates the user range itself.
+        let p = unsafe { b::ib_umem_get(dev.as_raw(), addr as _, len as usize, access) };
+        let e = p as isize;
+        if (-4095..0).contains(&e) {
+            return Err(Error::from_errno(e as i32));
+        }
+        // INVARIANT: a non-error pointer from `ib_umem_get` is a umem we own.
+        Ok(Umem(p))
+    }
+
+    /// Bytes pinned.
+    pub(crate) fn len(&self) -> usize {
+        // SAFETY: by the type invariant the umem is valid.
+        unsafe { (*self.0).length }
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we own the umem.
+        unsafe { b::ib_umem_release(self.0) };
+    }
+}
+
+/// `reg_user_mr` parameters.
+pub(crate) struct MrArgs {
+    pub(crate) start: u64,
+    pub(crate) length: u64,
+    pub(crate) iova: u64,
+    pub(crate) access: u32,
+}
+
+/// A new MR's keys.
+pub(crate) struct MrKeys {
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+}
+
+type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
+type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
+type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
+type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
+type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
+
+/// Fills the object sizes and verbs callbacks into `ops`.
+pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
+    ops.size_ib_pd = core::mem::size_of::<PdObj<T>>();
+    ops.size_ib_cq = core::mem::size_of::<CqObj<T>>();
+    ops.size_ib_qp = core::mem::size_of::<QpObj<T>>();
+    ops.size_ib_ah = core::mem::size_of::<AhObj<T>>();
+    ops.alloc_pd = Some(alloc_pd::<T>);
+    ops.dealloc_pd = Some(dealloc_pd::<T>);
+    ops.create_cq = Some(create_cq::<T>);
+    ops.destroy_cq = Some(destroy_cq::<T>);
+    ops.resize_cq = Some(resize_cq::<T>);
+    ops.create_qp = Some(create_qp::<T>);
+    ops.modify_qp = Some(modify_qp::<T>);
+    ops.query_qp = Some(query_qp::<T>);
+    ops.destroy_qp = Some(destroy_qp::<T>);
+    ops.reg_user_mr = Some(reg_user_mr::<T>);
+    ops.dereg_mr = Some(dereg_mr::<T>);
+    ops.create_ah = Some(create_ah::<T>);
+    ops.destroy_ah = Some(destroy_ah::<T>);
+}
+
+/// # Safety
+///
+/// `ibdev` must be a live device of driver `T`.
+unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Device<T> {
+    // SAFETY: per the contract above.
+    unsafe { Device::<T>::from_raw(ibdev) }
+}
+
+/// # Safety
+///
+/// ib_core passes a zeroed PD block of `size_ib_pd` bytes with `device` set.
+unsafe extern "C" fn alloc_pd<T: IbDriver>(pd: *mut b::ib_pd, udata: *mut b::ib_udata) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, udata) = unsafe { (dev::<T>((*pd).device), Udata::from_raw(udata)) };
+        let data = T::alloc_pd(d, udata.as_ref())?;
+        // SAFETY: the data of a fresh PD block is uninitialised.
+        unsafe { PdObj::<T>::init(pd, data) };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a PD that `alloc_pd` created and nothing uses any more.
+unsafe extern "C" fn dealloc_pd<T: IbDriver>(pd: *mut b::ib_pd, _udata: *mut b::ib_udata) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe {
+        T::dealloc_pd(dev::<T>((*pd).device), PdObj::<T>::data(pd));
+        PdObj::<T>::drop_data(pd);
+    }
+    0
+}
+
+/// # Safety
+///
+/// ib_core passes a zeroed CQ block with `device` set, a valid attr and attrs bundle.
+unsafe extern "C" fn create_cq<T: IbDriver>(
+    cq: *mut b::ib_cq,
+    attr: *const b::ib_cq_init_attr,
+    attrs: *mut b::uverbs_attr_bundle,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above; a user CQ's bundle carries the driver udata.
+        let (d, a, udata) = unsafe {
+            let udata = if attrs.is_null() { None } else { Udata::from_raw(&mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata) };
+            (dev::<T>((*cq).device), &*attr, udata)
+        };
+        let init = CqInit { cqe: a.cqe, comp_vector: a.comp_vector, flags: a.flags };
+        let (data, cqe) = T::create_cq(d, &init, udata.as_ref())?;
+        // SAFETY: the data of a fresh CQ block is uninitialised; `cqe` is ours to report.
+        unsafe {
+            (*cq).cqe = cqe as i32;
+            CqObj::<T>::init(cq, data);
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a CQ that `create_cq` created and nothing uses any more.
+unsafe extern "C" fn destroy_cq<T: IbDriver>(cq: *mut b::ib_cq, _udata: *mut b::ib_udata) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe {
+        T::destroy_cq(dev::<T>((*cq).device), CqObj::<T>::data(cq));
+        CqObj::<T>::drop_data(cq);
+    }
+    0
+}
+
+/// # Safety
+///
+/// ib_core passes a live CQ of ours.
+unsafe extern "C" fn resize_cq<T: IbDriver>(cq: *mut b::ib_cq, cqe: i32, udata: *mut b::ib_udata) -> i32 {
+    from_result(|| {
+        let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
+        // SAFETY: per the contract above.
+        let (d, data, udata) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq), Udata::from_raw(udata)) };
+        let new = T::resize_cq(d, data, cqe, udata.as_ref())?;
+        // SAFETY: the CQ is live; ib_core reads `cqe` back for the response.
+        unsafe { (*cq).cqe = new as i32 };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a zeroed QP block with `device`, `pd`, CQs and `qp_type` set, and a valid
+/// init attr.
+unsafe extern "C" fn create_qp<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    init: *mut b::ib_qp_init_attr,
+    udata: *mut b::ib_udata,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, ia, udata) = unsafe { (dev::<T>((*qp).device), &mut *init, Udata::from_raw(udata)) };
+        let mut qi = QpInit {
+            qp_type: ia.qp_type,
+            cap: QpCap {
+                max_send_wr: ia.cap.max_send_wr,
+                max_recv_wr: ia.cap.max_recv_wr,
+                max_send_sge: ia.cap.max_send_sge,
+                max_recv_sge: ia.cap.max_recv_sge,
+                max_inline_data: ia.cap.max_inline_data,
+            },
+            sq_sig_all: ia.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
+            has_srq: !ia.srq.is_null(),
+            create_flags: ia.create_flags,
+            has_xrcd: !ia.xrcd.is_null(),
+            has_rwq_ind_tbl: !ia.rwq_ind_tbl.is_null(),
+            has_send_cq: !ia.send_cq.is_null(),
+            has_recv_cq: !ia.recv_cq.is_null(),
+            source_qpn: ia.source_qpn,
+        };
+        // SAFETY: a user or kernel QP always has its PD set by ib_core, and it is ours.
+        let pd = unsafe { PdObj::<T>::data((*qp).pd) };
+        let (data, qpn) = T::create_qp(d, pd, &mut qi, udata.as_ref())?;
+        ia.cap.max_send_wr = qi.cap.max_send_wr;
+        ia.cap.max_recv_wr = qi.cap.max_recv_wr;
+        ia.cap.max_send_sge = qi.cap.max_send_sge;
+        ia.cap.max_recv_sge = qi.cap.max_recv_sge;
+        ia.cap.max_inline_data = qi.cap.max_inline_data;
+        // SAFETY: the data of a fresh QP block is uninitialised; the QPN is ours to set.
+        unsafe {
+            (*qp).qp_num = qpn;
+            QpObj::<T>::init(qp, data);
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a valid attr.
+unsafe extern "C" fn modify_qp<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    mask: i32,
+    udata: *mut b::ib_udata,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data, a, udata) =
+            unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), &*attr, Udata::from_raw(udata)) };
+        let mask = AttrMask::from_bits(mask as u32);
+        let req = ModifyRequest {
+            mask,
+            qp_state: a.qp_state,
+            cur_qp_state: a.cur_qp_state,
+            path_mtu: a.path_mtu,
+            path_mig_state: a.path_mig_state,
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qp_num,
+            qp_access_flags: a.qp_access_flags as u32,
+            pkey_index: a.pkey_index,
+            en_sqd_async_notify: a.en_sqd_async_notify,
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            port_num: a.port_num,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+        };
+        let av = if mask.contains(AttrMask::AV) {
+            // SAFETY: with IB_QP_AV, ib_core filled `ah_attr` and took a reference on its
+            // sgid_attr for the duration of the call.
+            Some(unsafe { AddressVector::from_raw(d, &a.ah_attr) })
+        } else {
+            None
+        };
+        T::modify_qp(d, data, &req, av.as_ref(), udata.as_ref())?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and writable attr/init structs.
+unsafe extern "C" fn query_qp<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    _mask: i32,
+    init: *mut b::ib_qp_init_attr,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data, a, ia) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), &mut *attr, &mut *init) };
+        let s = T::query_qp(d, data)?;
+        a.qp_state = s.qp_state;
+        a.cur_qp_state = s.cur_qp_state;
+        a.path_mtu = s.path_mtu;
+        a.path_mig_state = s.path_mig_state;
+        a.qkey = s.qkey;
+        a.rq_psn = s.rq_psn;
+        a.sq_psn = s.sq_psn;
+        a.dest_qp_num = s.dest_qp_num;
+        a.qp_access_flags = s.qp_access_flags as i32;
+        a.cap.max_send_wr = s.cap.max_send_wr;
+        a.cap.max_recv_wr = s.cap.max_recv_wr;
+        a.cap.max_send_sge = s.cap.max_send_sge;
+        a.cap.max_recv_sge = s.cap.max_recv_sge;
+        a.cap.max_inline_data = s.cap.max_inline_data;
+        s.av.write_raw(&mut a.ah_attr);
+        a.pkey_index = s.pkey_index;
+        a.en_sqd_async_notify = s.en_sqd_async_notify;
+        a.sq_draining = s.sq_draining;
+        a.max_rd_atomic = s.max_rd_atomic;
+        a.max_dest_rd_atomic = s.max_dest_rd_atomic;
+        a.min_rnr_timer = s.min_rnr_timer;
+        a.port_num = s.port_num;
+        a.timeout = s.timeout;
+        a.retry_cnt = s.retry_cnt;
+        a.rnr_retry = s.rnr_retry;
+        ia.cap.max_send_wr = s.cap.max_send_wr;
+        ia.cap.max_recv_wr = s.cap.max_recv_wr;
+        ia.cap.max_send_sge = s.cap.max_send_sge;
+        ia.cap.max_recv_sge = s.cap.max_recv_sge;
+        ia.cap.max_inline_data = s.cap.max_inline_data;
+        ia.qp_type = s.qp_type;
+        ia.sq_sig_type = if s.sq_sig_all { b::ib_sig_type_IB_SIGNAL_ALL_WR } else { b::ib_sig_type_IB_SIGNAL_REQ_WR };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a QP that `create_qp` created and nothing uses any more.
+unsafe extern "C" fn destroy_qp<T: IbDriver>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe {
+        T::destroy_qp(dev::<T>((*qp).device), QpObj::<T>::data(qp));
+        QpObj::<T>::drop_data(qp);
+    }
+    0
+}
+
+/// # Safety
+///
+/// ib_core passes a live PD of ours.
+unsafe extern "C" fn reg_user_mr<T: IbDriver>(
+    pd: *mut b::ib_pd,
+    start: u64,
+    length: u64,
+    virt_addr: u64,
+    access: i32,
+    udata: *mut b::ib_udata,
+) -> *mut b::ib_mr {
+    let r = (|| -> Result<*mut b::ib_mr> {
+        // SAFETY: per the contract above.
+        let (d, pdd, udata) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd), Udata::from_raw(udata)) };
+        let args = MrArgs { start, length, iova: virt_addr, access: access as u32 };
+        let (data, keys) = T::reg_user_mr(d, pdd, &args, udata.as_ref())?;
+        let obj = KBox::new(MrObj::<T> { ib: Opaque::uninit(), data: MaybeUninit::new(data) }, GFP_KERNEL)?;
+        let raw = KBox::into_raw(obj);
+        // SAFETY: `raw` is a fresh allocation; a zeroed `ib_mr` is its initial state, and
+        // ib_core fills `device`, `pd`, `type` and `uobject` after we return.
+        unsafe {
+            let mr = (*raw).ib.get();
+            ptr::write_bytes(mr, 0, 1);
+            (*mr).lkey = keys.lkey;
+            (*mr).rkey = keys.rkey;
+            (*mr).iova = virt_addr;
+            (*mr).length = length;
+            Ok(mr)
+        }
+    })();
+    match r {
+        Ok(p) => p,
+        // ERR_PTR(): the negative errno as a pointer.
+        Err(e) => e.to_errno() as isize as *mut b::ib_mr,
+    }
+}
+
+/// # Safety
+///
+/// ib_core passes an MR that `reg_user_mr` created and nothing uses any more.
+unsafe extern "C" fn dereg_mr<T: IbDriver>(mr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> i32 {
+    // SAFETY: per the contract above; the MR is the first field of a `KBox<MrObj<T>>`.
+    unsafe {
+        T::dereg_mr(dev::<T>((*mr).device), MrObj::<T>::data(mr));
+        let obj = KBox::from_raw(mr.cast::<MrObj<T>>());
+        let mut obj = obj;
+        obj.data.assume_init_drop();
+    }
+    0
+}
+
+/// # Safety
+///
+/// ib_core passes a zeroed AH block with `device` and `pd` set and a valid init attr whose
+/// address has a referenced sgid_attr.
+unsafe extern "C" fn create_ah<T: IbDriver>(
+    ah: *mut b::ib_ah,
+    init: *mut b::rdma_ah_init_attr,
+    udata: *mut b::ib_udata,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, pd, av, udata) = unsafe {
+            let d = dev::<T>((*ah).device);
+            (d, PdObj::<T>::data((*ah).pd), AddressVector::from_raw(d, (*init).ah_attr), Udata::from_raw(udata))
+        };
+        let data = T::create_ah(d, pd, &av, udata.as_ref())?;
+        // SAFETY: the data of a fresh AH block is uninitialised.
+        unsafe { AhObj::<T>::init(ah, data) };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes an AH that `create_ah` created and nothing uses any more.
+unsafe extern "C" fn destroy_ah<T: IbDriver>(ah: *mut b::ib_ah, _flags: u32) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe {
+        T::destroy_ah(dev::<T>((*ah).device), AhObj::<T>::data(ah));
+        AhObj::<T>::drop_data(ah);
+    }
+    0
+}
+
+/// The outcome of a route lookup for an address vector.
+pub(crate) struct Route {
+    /// Hop limit / TTL the route asks for.
+    pub(crate) hop_limit: u8,
+}
+
+impl<T: IbDriver> Device<T> {
+    /// Looks up the route from `src` to `dst` through this device's netdev, in the netdev's
+    /// network namespace. `ENETUNREACH`/`EHOSTUNREACH` (or what the stack says) when there is
+    /// none.
+    pub(crate) fn route(&self, src: crate::logic::roce::GidAddr, dst: crate::logic::roce::GidAddr) -> Result<Route> {
+        use crate::logic::roce::GidAddr;
+        let nd = self.netdev().as_raw();
+        // SAFETY: the netdev is held by the device; `dev_net` reads its namespace pointer.
+        let net = unsafe { b::rrxe_dev_net(nd) };
+        // SAFETY: the netdev is held; `ifindex` is a plain field.
+        let oif = unsafe { (*nd).ifindex };
+        let dst_entry: *mut b::dst_entry = match (src, dst) {
+            (GidAddr::V4(s), GidAddr::V4(dd)) => {
+                // SAFETY: a zeroed flowi4 is a valid "match anything" key.
+                let mut fl: b::flowi4 = unsafe { core::mem::zeroed() };
+                fl.__fl_common.flowic_oif = oif;
+                fl.saddr = u32::from_ne_bytes(s);
+                fl.daddr = u32::from_ne_bytes(dd);
+                fl.__fl_common.flowic_proto = b::IPPROTO_UDP as u8;
+                // SAFETY: `net` is live while the netdev is; `fl` is a valid key.
+                let rt = unsafe { b::ip_route_output_flow(net, &mut fl, ptr::null()) };
+                rt.cast()
+            }
+            (GidAddr::V6(s), GidAddr::V6(dd)) => {
+                // SAFETY: as above, for IPv6.
+                let mut fl: b::flowi6 = unsafe { core::mem::zeroed() };
+                fl.__fl_common.flowic_oif = oif;
+                fl.saddr.in6_u.u6_addr8 = s;
+                fl.daddr.in6_u.u6_addr8 = dd;
+                fl.__fl_common.flowic_proto = b::IPPROTO_UDP as u8;
+                // SAFETY: `ipv6_stub` always points at a valid stub (a failing one without
+                // IPv6); `net` is live; `fl` is a valid key.
+                unsafe {
+                    let stub = b::ipv6_stub;
+                    match (*stub).ipv6_dst_lookup_flow {
+                        Some(f) => f(net, ptr::null(), &mut fl, ptr::null()),
+                        None => return Err(Error::from_errno(-(b::EAFNOSUPPORT as i32))),
+                    }
+                }
+            }
+            _ => return Err(EINVAL),
+        };
+        let e = dst_entry as isize;
+        if dst_entry.is_null() {
+            return Err(Error::from_errno(-(b::ENETUNREACH as i32)));
+        }
+        if (-4095..0).contains(&e) {
+            return Err(Error::from_errno(e as i32));
+        }
+        // SAFETY: a valid dst with a reference we own; released right after reading.
+        unsafe { b::dst_release(dst_entry) };
+        Ok(Route { hop_limit: 64 })
+    }
+}

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A bitmap allocator of small integer ids (QP numbers, memory-key indices).
+//!
+//! Ids are handed out round-robin from a cursor, so a freed id is reused as late as possible:
+//! a stale packet or key that names a recently destroyed object is then unlikely to hit a new
+//! one. The bitmap is caller-provided (`&mut [u64]`), so this module allocates nothing.
+
+/// An id range `[first, first + 64 * words)` tracked in a caller's bitmap.
+#[derive(Debug)]
+pub struct IdAlloc {
+    first: u32,
+    cursor: u32,
+    in_use: u32,
+}
+
+impl IdAlloc {
+    /// An allocator whose ids start at `first` (ids below it are reserved).
+    pub const fn new(first: u32) -> Self {
+        IdAlloc { first, cursor: 0, in_use: 0 }
+    }
+
+    /// Ids currently allocated.
+    pub const fn in_use(&self) -> u32 {
+        self.in_use
+    }
+
+    /// Allocates the next free id after the cursor, or `None` when every bit is set.
+    pub fn alloc(&mut self, bits: &mut [u64]) -> Option<u32> {
+        let n = (bits.len() as u32).checked_mul(64)?;
+        if n == 0 {
+            return None;
+        }
+        for step in 0..n {
+            let i = (self.cursor.wrapping_add(step)) % n;
+            let (w, b) = ((i / 64) as usize, i % 64);
+            let word = bits.get_mut(w)?;
+            if *word & (1u64 << b) == 0 {
+                *word |= 1u64 << b;
+                self.cursor = (i + 1) % n;
+                self.in_use += 1;
+                return self.first.checked_add(i);
+            }
+        }
+        None
+    }
+
+    /// Frees `id`. Returns `false` (and changes nothing) for an id outside the range or not
+    /// allocated.
+    pub fn free(&mut self, bits: &mut [u64], id: u32) -> bool {
+        let Some(i) = id.checked_sub(self.first) else {
+            return false;
+        };
+        let (w, b) = ((i / 64) as usize, i % 64);
+        match bits.get_mut(w) {
+            Some(word) if *word & (1u64 << b) != 0 => {
+                *word &= !(1u64 << b);
+                self.in_use -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A memory key: index in the upper 24 bits, a rotating "key" byte in the low 8 bits, so that
+/// a key that outlived its MR is rejected even when the index is reused.
+pub const fn make_key(index: u32, key_byte: u8) -> u32 {
+    (index << 8) | key_byte as u32
+}
+
+/// The index part of a memory key.
+pub const fn key_index(key: u32) -> u32 {
+    key >> 8
+}

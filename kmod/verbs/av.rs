@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Address resolution: from an address vector to a checked RoCEv2 path.
+
+use super::device::Rrxe;
+use crate::ib::{device::Device, objects::AddressVector};
+use crate::logic::roce;
+use kernel::prelude::*;
+
+/// A resolved path: the address vector as given plus what the wire needs.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Path {
+    pub(crate) av: AddressVector,
+    /// The hop limit to send with (the caller's, or the route's when the caller gave 0).
+    pub(crate) hop_limit: u8,
+    /// The UDP source port (0 for UD address handles: chosen per packet from the QPNs).
+    #[expect(dead_code, reason = "read by the transmit path (data-path issue)")]
+    pub(crate) udp_sport: u16,
+}
+
+/// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a unicast
+/// destination of the same IP family, and a route to it in the netdev's namespace. `qpns` gives
+/// (local, remote) QP numbers for a connected QP's UDP source port.
+pub(crate) fn resolve(dev: &Device<Rrxe>, av: &AddressVector, qpns: Option<(u32, u32)>) -> Result<Path> {
+    if !av.is_roce || !av.has_grh || av.port_num != 1 {
+        return Err(EINVAL);
+    }
+    let sgid = av.sgid.ok_or(EINVAL)?;
+    if !sgid.is_roce_v2 || !sgid.on_our_netdev {
+        return Err(EINVAL);
+    }
+    if roce::gid_is_multicast(av.dgid) {
+        // Multicast needs attach/detach (not supported); a connected QP can never use it.
+        return Err(EINVAL);
+    }
+    let route = dev.route(roce::gid_to_addr(sgid.gid), roce::gid_to_addr(av.dgid))?;
+    let hop_limit = if av.hop_limit == 0 { route.hop_limit } else { av.hop_limit };
+    let udp_sport = match qpns {
+        Some((l, r)) => roce::udp_sport(av.flow_label, l, r),
+        None => 0,
+    };
+    Ok(Path { av: *av, hop_limit, udp_sport })
+}

@@ -1,0 +1,69 @@
+//! RoCE addressing rules and the id allocator.
+use proptest::prelude::*;
+use rrxe_host_tests::logic::{idalloc, roce};
+
+#[test]
+fn udp_sport_matches_ib_core_examples() {
+    // flow label given: folded into 0xC000..; none: derived from the QP numbers, symmetrically.
+    assert_eq!(roce::flow_label_to_udp_sport(0), 0xc000);
+    assert_eq!(roce::flow_label_to_udp_sport(0x3fff), 0xffff);
+    assert_eq!(roce::flow_label_to_udp_sport(0x4000), 0xc001);
+    assert_eq!(roce::udp_sport(0, 17, 17), roce::flow_label_to_udp_sport(roce::calc_flow_label(17, 17)));
+    assert_eq!(roce::calc_flow_label(17, 17), 289);
+}
+
+proptest! {
+    #[test]
+    fn udp_sport_is_in_the_roce_range_and_symmetric(fl in any::<u32>(), a in 0u32..1 << 24, b in 0u32..1 << 24) {
+        let p = roce::udp_sport(fl, a, b);
+        prop_assert!(p >= 0xc000);
+        prop_assert_eq!(roce::udp_sport(0, a, b), roce::udp_sport(0, b, a));
+        prop_assert!(roce::calc_flow_label(a, b) <= roce::FLOW_LABEL_MASK);
+    }
+
+    #[test]
+    fn allocated_ids_are_unique_in_range_and_freeable(ops in proptest::collection::vec(any::<(bool, u8)>(), 0..400)) {
+        let mut bits = [0u64; 2];
+        let mut a = idalloc::IdAlloc::new(2);
+        let mut live = std::collections::BTreeSet::new();
+        for (alloc, pick) in ops {
+            if alloc || live.is_empty() {
+                match a.alloc(&mut bits) {
+                    Some(id) => { prop_assert!((2..130).contains(&id)); prop_assert!(live.insert(id)); }
+                    None => prop_assert_eq!(live.len(), 128),
+                }
+            } else {
+                let id = *live.iter().nth(pick as usize % live.len()).unwrap();
+                prop_assert!(a.free(&mut bits, id));
+                prop_assert!(!a.free(&mut bits, id));
+                live.remove(&id);
+            }
+            prop_assert_eq!(a.in_use() as usize, live.len());
+        }
+    }
+}
+
+#[test]
+fn gids_map_to_ip_addresses() {
+    let mut g = [0u8; 16];
+    g[10] = 0xff; g[11] = 0xff; g[12..].copy_from_slice(&[10, 99, 0, 1]);
+    assert_eq!(roce::gid_to_addr(g), roce::GidAddr::V4([10, 99, 0, 1]));
+    assert!(!roce::gid_is_multicast(g));
+    g[12] = 239;
+    assert!(roce::gid_is_multicast(g));
+    let mut l = [0u8; 16];
+    l[0] = 0xfe; l[1] = 0x80;
+    assert_eq!(roce::gid_to_addr(l), roce::GidAddr::V6(l));
+}
+
+#[test]
+fn freed_ids_are_reused_last_and_keys_rotate() {
+    let mut bits = [0u64; 1];
+    let mut a = idalloc::IdAlloc::new(16);
+    let x = a.alloc(&mut bits).unwrap();
+    assert!(a.free(&mut bits, x));
+    assert_ne!(a.alloc(&mut bits).unwrap(), x, "round-robin: not the id just freed");
+    assert!(!a.free(&mut bits, 3), "below the range");
+    assert_eq!(idalloc::key_index(idalloc::make_key(77, 0xab)), 77);
+    assert_ne!(idalloc::make_key(77, 1), idalloc::make_key(77, 2));
+}
