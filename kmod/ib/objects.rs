@@ -266,6 +266,8 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.reg_user_mr = Some(reg_user_mr::<T>);
     ops.dereg_mr = Some(dereg_mr::<T>);
     ops.create_ah = Some(create_ah::<T>);
+    // ib_core creates every user AH through `create_user_ah`; kernel ones through `create_ah`.
+    ops.create_user_ah = Some(create_ah::<T>);
     ops.destroy_ah = Some(destroy_ah::<T>);
 }
 
@@ -460,8 +462,23 @@ unsafe extern "C" fn query_qp<T: IbDriver>(
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
-        let (d, data, a, ia) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), &mut *attr, &mut *init) };
+        let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
         let s = T::query_qp(d, data)?;
+        // The attr is a pure output and uverbs does not clear it: zero it so that every field
+        // we do not report (alternate path, rate limit, ...) reads as 0, never stale memory.
+        // SAFETY: `attr` is writable (contract) and all-zero is a valid `ib_qp_attr`.
+        unsafe { ptr::write_bytes(attr, 0, 1) };
+        // SAFETY: per the contract above; the QP's own CQ/SRQ pointers are what ib_core set.
+        let (a, ia) = unsafe {
+            let ia = &mut *init;
+            ia.send_cq = (*qp).send_cq;
+            ia.recv_cq = (*qp).recv_cq;
+            ia.srq = (*qp).srq;
+            ia.qp_context = (*qp).qp_context;
+            ia.create_flags = 0;
+            ia.port_num = 1;
+            (&mut *attr, ia)
+        };
         a.qp_state = s.qp_state;
         a.cur_qp_state = s.cur_qp_state;
         a.path_mtu = s.path_mtu;

@@ -57,6 +57,92 @@ pub struct AllocUcontextResp {
     pub reserved: u32,
 }
 
+/// Cache line size that separates the ring indices (x86-64).
+pub const CACHELINE: usize = 64;
+
+/// The header at offset 0 of every shared ring mapping (CQ, and later SQ, RQ and SRQ).
+///
+/// Indices are free-running `u32` counters (masked with `slots - 1` on use), so full and empty
+/// are told apart without a spare slot. Each index lives on its own cache line: the producer
+/// side writes only `producer`, the consumer side only `consumer`, each publishing with a
+/// release store and reading the other's with an acquire load. For a CQ the kernel produces
+/// and the provider consumes.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RingHeader {
+    /// Next slot the producer will fill.
+    pub producer: u32,
+    _pad_producer: [u8; CACHELINE - 4],
+    /// Next slot the consumer will read.
+    pub consumer: u32,
+    _pad_consumer: [u8; CACHELINE - 4],
+    /// log2 of the number of slots.
+    pub log2_slots: u32,
+    /// Bytes per slot.
+    pub slot_size: u32,
+    /// Reserved, zero.
+    pub reserved: [u32; 14],
+}
+
+/// Bytes of a [`RingHeader`]; slots start right after it.
+pub const RING_HEADER_SIZE: usize = 3 * CACHELINE;
+
+/// One completion, as the kernel writes it into a CQ ring. `wc_flags` carries libibverbs'
+/// `IBV_WC_*` values (the kernel's `IB_WC_*` bits 2 and 3 are swapped relative to them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cqe {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// `enum ibv_wc_status`.
+    pub status: u32,
+    /// `enum ibv_wc_opcode`.
+    pub opcode: u32,
+    /// Vendor error (0).
+    pub vendor_err: u32,
+    /// Bytes received or transferred.
+    pub byte_len: u32,
+    /// Immediate data (network order) or invalidated rkey.
+    pub imm_data: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Source QP (UD).
+    pub src_qp: u32,
+    /// `IBV_WC_*` flags.
+    pub wc_flags: u32,
+    /// P_Key index (UD).
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits (0 on RoCE).
+    pub dlid_path_bits: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 18],
+}
+
+/// Bytes per CQ slot.
+pub const CQE_SIZE: usize = 64;
+
+/// Slots of a CQ ring that must hold `cqe` completions: the next power of two.
+pub const fn cq_ring_slots(cqe: u32) -> u32 {
+    if cqe <= 1 {
+        1
+    } else {
+        match cqe.checked_next_power_of_two() {
+            Some(n) => n,
+            None => 0,
+        }
+    }
+}
+
+/// Bytes of a ring mapping with `slots` slots of `slot_size` bytes, rounded up to whole pages.
+pub const fn ring_bytes(slots: u32, slot_size: usize, page_size: usize) -> usize {
+    let raw = RING_HEADER_SIZE + slots as usize * slot_size;
+    raw.div_ceil(page_size) * page_size
+}
+
 // Layout pins: these are part of the ABI.
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
@@ -70,4 +156,16 @@ const _: () = {
     assert!(offset_of!(AllocUcontextResp, uabi_version) == 4);
     assert!(offset_of!(AllocUcontextResp, max_inline_data) == 8);
     assert!(offset_of!(AllocUcontextResp, reserved) == 12);
+    assert!(size_of::<RingHeader>() == RING_HEADER_SIZE);
+    assert!(offset_of!(RingHeader, producer) == 0);
+    assert!(offset_of!(RingHeader, consumer) == CACHELINE);
+    assert!(offset_of!(RingHeader, log2_slots) == 2 * CACHELINE);
+    assert!(offset_of!(RingHeader, slot_size) == 2 * CACHELINE + 4);
+    assert!(size_of::<Cqe>() == CQE_SIZE);
+    assert!(offset_of!(Cqe, wr_id) == 0);
+    assert!(offset_of!(Cqe, status) == 8);
+    assert!(offset_of!(Cqe, byte_len) == 20);
+    assert!(offset_of!(Cqe, wc_flags) == 36);
+    assert!(offset_of!(Cqe, pkey_index) == 40);
+    assert!(offset_of!(Cqe, sl) == 44);
 };
