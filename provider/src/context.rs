@@ -116,9 +116,9 @@ pub unsafe extern "C" fn alloc_context(
     let ret = unsafe {
         ibv_cmd_get_context(
             vctx,
-            &mut cmd.ibv_cmd,
+            (&raw mut cmd).cast(),
             size_of_val(&cmd),
-            &mut resp.ibv_resp,
+            (&raw mut resp).cast(),
             size_of_val(&resp),
         )
     };

@@ -1,9 +1,11 @@
-//! Pure helpers: no FFI, no unsafe. Everything here is unit-tested on the host.
+//! Pure helpers: no FFI, no unsafe (constants from `abi` only). Everything here is unit-tested on the host.
 
 use core::ffi::c_char;
 use core::fmt;
 
 use rrxe_uapi::{AllocUcontextResp, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION};
+
+use crate::abi::{IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD};
 
 /// Prefix of every line the provider prints.
 pub const PFX: &str = "librrxe";
@@ -171,6 +173,26 @@ pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetCo
     Ok(())
 }
 
+/// `ibv_qp_init_attr_ex::comp_mask` bits `create_qp_ex` accepts: the PD and create flags
+/// (which the kernel judges).
+pub const CREATE_QP_EX_MASK: u32 = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+
+/// Checks `ibv_qp_init_attr_ex::comp_mask` for `create_qp_ex`; the error is the errno.
+///
+/// Everything outside [`CREATE_QP_EX_MASK`] is `EOPNOTSUPP`:
+/// * `SEND_OPS_FLAGS` asks for the `ibv_wr_*` API, which needs the shared-memory rings;
+/// * `XRCD` and `IND_TABLE` need objects this provider cannot create (`open_xrcd`,
+///   `create_rwq_ind_table` are not implemented);
+/// * `MAX_TSO_HEADER` and `RX_HASH` would be dropped silently by `ibv_cmd_create_qp_ex2`.
+///
+/// A missing PD is left to libibverbs, which answers `EINVAL` as for any provider.
+pub fn check_create_qp_ex_mask(comp_mask: u32) -> Result<(), i32> {
+    if comp_mask & !CREATE_QP_EX_MASK != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,5 +354,35 @@ mod tests {
                 })
             })
         );
+    }
+
+    #[test]
+    fn create_qp_ex_mask() {
+        use crate::abi::{
+            IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_RX_HASH,
+            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_INIT_ATTR_XRCD,
+        };
+        assert_eq!(check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD), Ok(()));
+        assert_eq!(
+            check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS),
+            Ok(())
+        );
+        // No PD: libibverbs' own check (EINVAL) decides.
+        assert_eq!(check_create_qp_ex_mask(0), Ok(()));
+        for bit in [
+            IBV_QP_INIT_ATTR_XRCD,
+            IBV_QP_INIT_ATTR_MAX_TSO_HEADER,
+            IBV_QP_INIT_ATTR_IND_TABLE,
+            IBV_QP_INIT_ATTR_RX_HASH,
+            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            1 << 7,
+            1 << 31,
+        ] {
+            assert_eq!(
+                check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD | bit),
+                Err(libc::EOPNOTSUPP),
+                "{bit:#x}"
+            );
+        }
     }
 }

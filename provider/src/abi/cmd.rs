@@ -83,6 +83,16 @@ macro_rules! declare_drv_cmd {
             pub drv_payload: $drv_resp,
         }
 
+        impl $name {
+            /// `(name, udata inlen, udata outlen)`: the bytes libibverbs hands to the kernel
+            /// beyond the core request / response it knows (`_write_set_uhw`).
+            pub const UDATA_LENS: (&'static str, usize, usize) = (
+                stringify!($name),
+                size_of::<$name>() - size_of::<$abi_req>(),
+                size_of::<$resp>() - size_of::<$kabi_resp>(),
+            );
+        }
+
         const _: () = {
             assert!(size_of::<$kabi_req>() % align_of::<$drv_req>() == 0, "Bad kabi req struct length");
             assert!(offset_of!($name, drv_payload) == size_of::<$abi_req>());
@@ -101,6 +111,70 @@ declare_drv_cmd! {
         ibv_get_context, ib_uverbs_get_context, ib_uverbs_get_context_resp, 4;
         AllocUcontextCmd, AllocUcontextResp
 }
+
+/// rdma-core's `struct empty {}`: a driver part of zero bytes. The control-path objects carry
+/// no driver-private udata yet (the kernel sees `inlen == outlen == 0`); the shared-memory
+/// rings will replace `Empty` with their `mminfo` payloads here.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Empty {}
+
+const _: () = assert!(size_of::<Empty>() == 0 && align_of::<Empty>() == 1);
+
+declare_drv_cmd! {
+    rrxe_alloc_pd, rrxe_alloc_pd_resp =
+        ibv_alloc_pd, ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp, 4;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_reg_mr, rrxe_reg_mr_resp =
+        ibv_reg_mr, ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp, 4;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_create_cq, rrxe_create_cq_resp =
+        ibv_create_cq, ib_uverbs_create_cq, ib_uverbs_create_cq_resp, 4;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_resize_cq, rrxe_resize_cq_resp =
+        ibv_resize_cq, ib_uverbs_resize_cq, ib_uverbs_resize_cq_resp, 4;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_create_qp, rrxe_create_qp_resp =
+        ibv_create_qp, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, 4;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_create_qp_ex, rrxe_create_qp_ex_resp =
+        ibv_create_qp_ex, ib_uverbs_ex_create_qp, ib_uverbs_ex_create_qp_resp, 8;
+        Empty, Empty
+}
+
+declare_drv_cmd! {
+    rrxe_create_ah, rrxe_create_ah_resp =
+        ibv_create_ah, ib_uverbs_create_ah, ib_uverbs_create_ah_resp, 4;
+        Empty, Empty
+}
+
+/// The driver udata lengths (bytes) the kernel sees for each rrxe command: `(name, inlen,
+/// outlen)`. All control-path objects are zero-length for now; see README.md.
+pub const DRV_UDATA_LENS: &[(&str, usize, usize)] = &[
+    rrxe_get_context::UDATA_LENS,
+    rrxe_alloc_pd::UDATA_LENS,
+    rrxe_reg_mr::UDATA_LENS,
+    rrxe_create_cq::UDATA_LENS,
+    rrxe_resize_cq::UDATA_LENS,
+    rrxe_create_qp::UDATA_LENS,
+    rrxe_create_qp_ex::UDATA_LENS,
+    rrxe_create_ah::UDATA_LENS,
+];
 
 // The udata sizes the kernel sees for GET_CONTEXT (inlen / outlen); see README.md.
 const _: () = {

@@ -130,34 +130,52 @@ fn context_ops_are_the_76_v44_entries_in_order() {
     assert_eq!(core::mem::size_of::<verbs_context_ops>(), 76 * 8);
 }
 
-/// The provider's ops table, seen as raw words: only the intended slots are non-null.
+/// The provider's ops table, seen as raw words: exactly the intended slots are set, each to
+/// the intended trampoline.
 #[test]
 fn rrxe_ops_table_fills_exactly_the_intended_slots() {
+    use crate::{ah, context, cq, pd, qp};
     let table = &crate::provider::RRXE_CTX_OPS;
     // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
     let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };
-    let set: Vec<&str> = words
+    let expected: &[(&str, usize)] = &[
+        ("alloc_pd", pd::alloc_pd as *const () as usize),
+        ("create_ah", ah::create_ah as *const () as usize),
+        ("create_cq", cq::create_cq as *const () as usize),
+        ("create_qp", qp::create_qp as *const () as usize),
+        ("create_qp_ex", qp::create_qp_ex as *const () as usize),
+        ("dealloc_pd", pd::dealloc_pd as *const () as usize),
+        ("dereg_mr", pd::dereg_mr as *const () as usize),
+        ("destroy_ah", ah::destroy_ah as *const () as usize),
+        ("destroy_cq", cq::destroy_cq as *const () as usize),
+        ("destroy_qp", qp::destroy_qp as *const () as usize),
+        ("free_context", context::free_context as *const () as usize),
+        ("modify_qp", qp::modify_qp as *const () as usize),
+        ("poll_cq", cq::poll_cq as *const () as usize),
+        (
+            "query_device_ex",
+            context::query_device_ex as *const () as usize,
+        ),
+        ("query_port", context::query_port as *const () as usize),
+        ("query_qp", qp::query_qp as *const () as usize),
+        ("reg_mr", pd::reg_mr as *const () as usize),
+        ("req_notify_cq", cq::req_notify_cq as *const () as usize),
+        ("resize_cq", cq::resize_cq as *const () as usize),
+    ];
+    let set: Vec<(&str, usize)> = words
         .iter()
         .zip(VERBS_CONTEXT_OPS_NAMES)
         .filter(|(w, _)| **w != 0)
-        .map(|(_, n)| *n)
+        .map(|(w, n)| (*n, *w))
         .collect();
-    assert_eq!(set, ["free_context", "query_device_ex", "query_port"]);
-    assert_eq!(
-        words[core::mem::offset_of!(verbs_context_ops, query_port) / 8],
-        crate::context::query_port as *const () as usize
-    );
-    assert_eq!(
-        words[core::mem::offset_of!(verbs_context_ops, query_device_ex) / 8],
-        crate::context::query_device_ex as *const () as usize
-    );
-    assert_eq!(
-        words[core::mem::offset_of!(verbs_context_ops, free_context) / 8],
-        crate::context::free_context as *const () as usize
-    );
-    // Not stubbed: poll_cq must stay with libibverbs' dummy until CQs exist.
-    assert!(table.poll_cq.is_none() && table.create_cq.is_none());
+    assert_eq!(set, expected);
+    // Never the dummy while CQs exist (it returns 95 = "95 completions").
+    assert!(table.create_cq.is_some() && table.poll_cq.is_some());
+    // Left to libibverbs' EOPNOTSUPP dummies until the rings exist (README.md): the data path,
+    // and create_cq_ex (its ibv_cq_ex poll callbacks would be NULL).
+    assert!(table.post_send.is_none() && table.post_recv.is_none());
+    assert!(table.create_cq_ex.is_none() && table.post_srq_recv.is_none());
 }
 
 #[test]
@@ -193,4 +211,46 @@ fn driver_command_udata_sizes() {
         size_of::<rrxe_uapi::AllocUcontextResp>()
     );
     assert_eq!(size_of::<rrxe_uapi::AllocUcontextResp>(), 16);
+}
+
+#[test]
+fn control_path_commands_carry_no_driver_udata() {
+    // (name, inlen, outlen) as the kernel sees them. Only GET_CONTEXT has driver data so far.
+    for &(name, inlen, outlen) in DRV_UDATA_LENS {
+        if name == "rrxe_get_context" {
+            assert_eq!((inlen, outlen), (8, 16), "{name}");
+        } else {
+            assert_eq!((inlen, outlen), (0, 0), "{name}");
+        }
+    }
+    assert_eq!(DRV_UDATA_LENS.len(), 8);
+    // The buffers handed to libibverbs are exactly its legacy structs (fact-sheet sizes).
+    use core::mem::size_of;
+    assert_eq!(size_of::<rrxe_alloc_pd>(), 16);
+    assert_eq!(size_of::<rrxe_alloc_pd_resp>(), 4);
+    assert_eq!(size_of::<rrxe_reg_mr>(), 48);
+    assert_eq!(size_of::<rrxe_reg_mr_resp>(), 12);
+    assert_eq!(size_of::<rrxe_create_cq>(), 40);
+    assert_eq!(size_of::<rrxe_create_cq_resp>(), 8);
+    assert_eq!(size_of::<rrxe_resize_cq>(), 24);
+    assert_eq!(size_of::<rrxe_resize_cq_resp>(), 8);
+    assert_eq!(size_of::<rrxe_create_qp>(), 64);
+    assert_eq!(size_of::<rrxe_create_qp_resp>(), 32);
+    assert_eq!(size_of::<rrxe_create_qp_ex>(), 88);
+    assert_eq!(size_of::<rrxe_create_qp_ex_resp>(), 40);
+    assert_eq!(size_of::<rrxe_create_ah_resp>(), 4);
+    assert_eq!(size_of::<ibv_modify_qp>(), 120);
+    assert_eq!(size_of::<ibv_query_qp>(), 24);
+}
+
+#[test]
+fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
+    use core::mem::{offset_of, size_of};
+    assert_eq!(size_of::<crate::pd::RrxePd>(), size_of::<ibv_pd>());
+    assert_eq!(size_of::<crate::pd::RrxeMr>(), 56);
+    assert_eq!(size_of::<crate::cq::RrxeCq>(), 288);
+    assert_eq!(size_of::<crate::qp::RrxeQp>(), 368);
+    assert_eq!(size_of::<crate::ah::RrxeAh>(), size_of::<ibv_ah>());
+    assert_eq!(offset_of!(verbs_qp, comp_mask), 352);
+    assert_eq!(offset_of!(verbs_mr, mr_type), 48);
 }

@@ -11,7 +11,10 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
-use super::cmd::{ibv_get_context, ibv_query_port};
+use super::cmd::{
+    ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_create_qp_ex, ibv_get_context, ibv_modify_qp,
+    ibv_query_port, ibv_query_qp, ibv_reg_mr, ibv_resize_cq,
+};
 use super::sys::*;
 
 /// ccan `struct list_node`.
@@ -356,6 +359,142 @@ unsafe extern "C" {
         cmd: *mut ibv_query_port,
         cmd_size: usize,
     ) -> c_int;
+
+    // --------------------------------------------------------------------------------------
+    // Control-path helpers. Unless noted they return 0 or a positive errno (errno is usually
+    // set too). Bytes of a `cmd` buffer past `sizeof(<the legacy struct>)` are the driver's
+    // udata input, bytes of a `resp` buffer past `sizeof(<the core response>)` its output
+    // (`_write_set_uhw`); libibverbs writes the header and the core request into `cmd`, so
+    // `cmd` buffers must be writable and complete.
+    // --------------------------------------------------------------------------------------
+
+    /// `ALLOC_PD` (write() or ioctl `INVOKE_WRITE`). Sets `pd->handle` and `pd->context`.
+    pub fn ibv_cmd_alloc_pd(
+        ctx: *mut ibv_context,
+        pd: *mut ibv_pd,
+        cmd: *mut ibv_alloc_pd,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_pd_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `PD_DESTROY` (ioctl, falling back to `DEALLOC_PD`).
+    pub fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+
+    /// `REG_MR` (write() or ioctl `INVOKE_WRITE`); `access` goes to the kernel unchanged. Fills
+    /// `vmr->ibv_mr.{handle,lkey,rkey,context}`, `mr_type` (`IBV_MR_TYPE_MR`) and `access`.
+    pub fn ibv_cmd_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        hca_va: u64,
+        access: c_int,
+        vmr: *mut verbs_mr,
+        cmd: *mut ibv_reg_mr,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_reg_mr_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `MR_DESTROY` (ioctl, falling back to `DEREG_MR`).
+    pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
+
+    /// `CQ_CREATE` (ioctl, falling back to `CREATE_CQ`). Sets `cq->{context,handle,cqe}`.
+    pub fn ibv_cmd_create_cq(
+        ctx: *mut ibv_context,
+        cqe: c_int,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+        cq: *mut ibv_cq,
+        cmd: *mut ibv_create_cq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_cq_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `RESIZE_CQ` (write() or ioctl `INVOKE_WRITE`). Sets `cq->cqe`.
+    pub fn ibv_cmd_resize_cq(
+        cq: *mut ibv_cq,
+        cqe: c_int,
+        cmd: *mut ibv_resize_cq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_resize_cq_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `POLL_CQ` through the kernel (write() or ioctl `INVOKE_WRITE`, no udata). Returns the
+    /// number of completions written to `wc`, or -1.
+    pub fn ibv_cmd_poll_cq(cq: *mut ibv_cq, ne: c_int, wc: *mut ibv_wc) -> c_int;
+
+    /// `REQ_NOTIFY_CQ` (write() or ioctl `INVOKE_WRITE`).
+    pub fn ibv_cmd_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
+
+    /// `CQ_DESTROY` (ioctl, falling back to `DESTROY_CQ`); then waits until the application
+    /// has acknowledged every event the kernel reported for the CQ.
+    pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+
+    /// `QP_CREATE` (ioctl, falling back to `CREATE_QP`). Fills the `ibv_qp` (handle, qp_num,
+    /// context, pd, CQs, srq, type, state, mutex/cond) and updates `attr->cap` from the kernel.
+    /// Does not touch the `verbs_qp` fields after the `ibv_qp`.
+    pub fn ibv_cmd_create_qp(
+        pd: *mut ibv_pd,
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_init_attr,
+        cmd: *mut ibv_create_qp,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_qp_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `QP_CREATE` (ioctl, falling back to `CREATE_QP` / `EX_CREATE_QP`) from an
+    /// `ibv_qp_init_attr_ex`. As [`ibv_cmd_create_qp`], plus `qp->comp_mask` (set to 0, or
+    /// `VERBS_QP_XRCD`).
+    pub fn ibv_cmd_create_qp_ex2(
+        ctx: *mut ibv_context,
+        qp: *mut verbs_qp,
+        attr_ex: *mut ibv_qp_init_attr_ex,
+        cmd: *mut ibv_create_qp_ex,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_ex_create_qp_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `MODIFY_QP` (write() or ioctl `INVOKE_WRITE`); `EOPNOTSUPP` for masks from
+    /// `IBV_QP_RATE_LIMIT` on.
+    pub fn ibv_cmd_modify_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        cmd: *mut ibv_modify_qp,
+        cmd_size: usize,
+    ) -> c_int;
+
+    /// `QUERY_QP` (write() or ioctl `INVOKE_WRITE`); fills `attr` and `init_attr`.
+    pub fn ibv_cmd_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        init_attr: *mut ibv_qp_init_attr,
+        cmd: *mut ibv_query_qp,
+        cmd_size: usize,
+    ) -> c_int;
+
+    /// `QP_DESTROY` (ioctl, falling back to `DESTROY_QP`); then waits until the application
+    /// has acknowledged every async event reported for the QP.
+    pub fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
+
+    /// `CREATE_AH` (write() or ioctl `INVOKE_WRITE`; the command buffer is libibverbs' own).
+    /// Sets `ah->{handle,context}`.
+    pub fn ibv_cmd_create_ah(
+        pd: *mut ibv_pd,
+        ah: *mut ibv_ah,
+        attr: *mut ibv_ah_attr,
+        resp: *mut ib_uverbs_create_ah_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `AH_DESTROY` (ioctl, falling back to `DESTROY_AH`).
+    pub fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
 
     /// Reads `<ibdev_path>/<printf(fnfmt, ...)>` into `buf`, strips one trailing newline and
     /// NUL-terminates. Returns the length, or -1.
