@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything rrxe needs on a fresh Debian 12 machine, at pinned versions.
-# Idempotent: a second run only checks.  Runs without standard input (CI).
+# Installs everything rrxe needs on a fresh Debian 12 machine, at the versions pinned in
+# scripts/versions.env. Idempotent: when all is there it only checks (well under a second).
+# Runs without standard input (CI).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
-
 export DEBIAN_FRONTEND=noninteractive
-stamp=/var/cache/rrxe/deps-${RRXE_DEPS_REV}.stamp
 
 apt_pkgs=(
   # kernel build (clang: the kernel is built with LLVM=1 so Rust and C share one toolchain)
@@ -22,32 +21,37 @@ apt_pkgs=(
   strace tcpdump gdb procps pkg-config
 )
 
-if [ ! -f "$stamp" ]; then
-  if ! dpkg-query -W -f='${Status}\n' "${apt_pkgs[@]%%=*}" 2>/dev/null | grep -qv 'install ok installed' \
-     && [ "$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null)" = "$LINUX_SOURCE_DEB" ]; then
-    :
-  else
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}"
-  fi
+# Install what is missing or at another version than pinned.
+need=()
+for p in "${apt_pkgs[@]}"; do
+  name=${p%%=*}
+  have=$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null || true)
+  case "$have" in
+    "install ok installed "*) [ "$p" = "$name" ] || [ "${have##* }" = "${p#*=}" ] || need+=("$p") ;;
+    *) need+=("$p") ;;
+  esac
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}" >&2
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
 # Rust: the kernel needs the source of the exact rustc it is built with.
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v rustup >/dev/null; then
-  echo "rustup is required (it ships with the machine image); install it from Debian's 'rustup' package" >&2
-  apt-get install -y -qq rustup
+  echo "deps: rustup is required to install rustc $RUST_TOOLCHAIN with rust-src" >&2
+  exit 1
 fi
 if ! rustup toolchain list | grep -q "^${RUST_TOOLCHAIN}-"; then
   rustup toolchain install --profile minimal "$RUST_TOOLCHAIN"
 fi
-rustup component add --toolchain "$RUST_TOOLCHAIN" rust-src clippy rustfmt >/dev/null 2>&1 \
-  || rustup component add --toolchain "$RUST_TOOLCHAIN" rust-src
+if ! rustup component list --toolchain "$RUST_TOOLCHAIN" --installed 2>/dev/null | grep -q '^rust-src'; then
+  rustup component add --toolchain "$RUST_TOOLCHAIN" rust-src
+fi
 
 if ! bindgen --version 2>/dev/null | grep -q " ${BINDGEN_VERSION}\$"; then
   cargo "+${RUST_TOOLCHAIN}" install --locked bindgen-cli --version "$BINDGEN_VERSION"
 fi
 
-mkdir -p "$(dirname "$stamp")"
-touch "$stamp"
-echo "deps: ok (rustc $(rustc "+${RUST_TOOLCHAIN}" --version | cut -d' ' -f2), $(bindgen --version), linux-source $LINUX_SOURCE_DEB, rdma-core $RDMA_CORE_DEB)"
+echo "deps: ok (rustc $(rustc "+${RUST_TOOLCHAIN}" --version | cut -d' ' -f2), $(bindgen --version), linux-source $LINUX_SOURCE_DEB, rdma-core $RDMA_CORE_DEB)" >&2

@@ -3,6 +3,7 @@
 #include <linux/netdevice.h>
 #include <linux/notifier.h>
 #include <linux/sysfs.h>
+#include <linux/vmalloc.h>
 #include <net/route.h>
 #include <net/ipv6_stubs.h>
 #include <rdma/ib_verbs.h>

@@ -72,8 +72,6 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
     /// `alloc_ucontext`: a process opened the device.
     fn alloc_ucontext(dev: &Device<Self>, udata: &Udata) -> Result<Self::Context>;
-    /// `mmap` on the uverbs file: `pgoff` selects what to map.
-    fn mmap(dev: &Device<Self>, ctx: &Self::Context, pgoff: u64, len: u64) -> Result;
     /// The bound netdev changed state (up/down, carrier, MTU). Called under RTNL.
     fn link_changed(dev: &Device<Self>);
 
@@ -288,6 +286,7 @@ impl<T: IbDriver> Device<T> {
         ops.dealloc_ucontext = Some(Self::dealloc_ucontext_callback);
         ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
         ops.mmap = Some(Self::mmap_callback);
+        ops.mmap_free = Some(super::ring::mmap_free);
         super::objects::fill_ops::<T>(&mut ops);
         ops
     }
@@ -407,20 +406,9 @@ impl<T: IbDriver> Device<T> {
     ///
     /// Called by uverbs with a live context and the caller's new VMA.
     unsafe extern "C" fn mmap_callback(uctx: *mut b::ib_ucontext, vma: *mut b::vm_area_struct) -> i32 {
-        from_result(|| {
-            // SAFETY: as documented above; the context was fully allocated.
-            let (dev, ctx, pgoff, len) = unsafe {
-                let vma = &*vma;
-                (
-                    Self::from_raw((*uctx).device),
-                    (*uctx.cast::<Ucontext<T>>()).ctx.assume_init_ref(),
-                    vma.vm_pgoff as u64,
-                    (vma.__bindgen_anon_1.__bindgen_anon_1.vm_end - vma.__bindgen_anon_1.__bindgen_anon_1.vm_start) as u64,
-                )
-            };
-            T::mmap(dev, ctx, pgoff, len)?;
-            Ok(0)
-        })
+        // Only rings published with `SharedRing` can be mapped; any other offset is refused.
+        // SAFETY: per the contract above.
+        from_result(|| unsafe { super::ring::mmap(uctx, vma) }.map(|()| 0))
     }
 }
 

@@ -2,6 +2,7 @@
 /* Wrappers for static inlines; see helpers.h. */
 #include <linux/if_vlan.h>
 #include <rdma/ib_cache.h>
+#include <rdma/uverbs_ioctl.h>
 #include "helpers.h"
 
 void rrxe_dev_hold(struct net_device *dev)
@@ -50,4 +51,10 @@ bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_devi
 	same = !IS_ERR(ndev) && ndev == dev;
 	rcu_read_unlock();
 	return same;
+}
+
+/* rdma_udata_to_drv_context() without the driver type: the context of a user verb call. */
+struct ib_ucontext *rrxe_udata_to_ucontext(struct ib_udata *udata)
+{
+	return rdma_udata_to_uverbs_attr_bundle(udata)->context;
 }

@@ -16,6 +16,7 @@ bool rrxe_netif_carrier_ok(const struct net_device *dev);
 bool rrxe_is_vlan_dev(const struct net_device *dev);
 struct net_device *rrxe_netdev_notifier_info_to_dev(const struct netdev_notifier_info *info);
 struct net *rrxe_dev_net(const struct net_device *dev);
+struct ib_ucontext *rrxe_udata_to_ucontext(struct ib_udata *udata);
 bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_device *dev);
 
 #endif

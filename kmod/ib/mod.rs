@@ -12,6 +12,7 @@ pub(crate) mod device;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;
+pub(crate) mod ring;
 pub(crate) mod sysfs;
 pub(crate) mod udata;
 

@@ -13,6 +13,7 @@ use kernel::{
 /// The user buffers of one verb call. Each buffer is read or written at most once per call
 /// (no double fetch).
 pub(crate) struct Udata {
+    raw: *mut b::ib_udata,
     inbuf: usize,
     inlen: usize,
     outbuf: usize,
@@ -30,11 +31,19 @@ impl Udata {
         // SAFETY: non-null and valid per the caller.
         let u = unsafe { &*udata };
         Some(Udata {
+            raw: udata,
             inbuf: u.inbuf as usize,
             inlen: u.inlen,
             outbuf: u.outbuf as usize,
             outlen: u.outlen,
         })
+    }
+
+    /// The user context of the verb call (NULL-free: `None` only for a kernel caller).
+    pub(crate) fn ucontext(&self) -> Option<*mut b::ib_ucontext> {
+        // SAFETY: a user verb's udata is the `driver_udata` of a live attribute bundle.
+        let c = unsafe { b::rrxe_udata_to_ucontext(self.raw) };
+        (!c.is_null()).then_some(c)
     }
 
     /// Bytes the caller sent.
@@ -103,3 +112,14 @@ struct NoCmd;
 unsafe impl FromBytes for NoCmd {}
 // SAFETY: a zero-sized type has no bytes.
 unsafe impl AsBytes for NoCmd {}
+
+macro_rules! plain_abi {
+    ($($t:ty),*) => {$(
+        // SAFETY: `#[repr(C)]` structs of integers whose sizes the uapi file pins with no
+        // padding: every byte pattern is valid and every byte is initialised.
+        unsafe impl FromBytes for $t {}
+        // SAFETY: as above.
+        unsafe impl AsBytes for $t {}
+    )*};
+}
+plain_abi!(uapi::CreateCqResp, uapi::CreateQpResp, uapi::CreateSrqResp, uapi::CreateAhResp);

@@ -303,11 +303,6 @@ impl IbDriver for Rrxe {
         Ok(RrxeContext)
     }
 
-    fn mmap(_dev: &Device<Self>, _ctx: &RrxeContext, _pgoff: u64, _len: u64) -> Result {
-        // Nothing is mappable yet: refuse every offset.
-        Err(EINVAL)
-    }
-
     fn link_changed(dev: &Device<Self>) {
         let (state, _) = port::port_state(dev.netdev().link_facts());
         let active = state == port::PortState::Active;

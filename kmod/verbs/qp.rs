@@ -11,8 +11,11 @@ use super::{
 use crate::ib::{
     device::Device,
     objects::{AddressVector, QpInit, QpSnapshot},
+    ring::SharedRing,
     udata::Udata,
 };
+use crate::uapi;
+use core::mem::offset_of;
 use crate::logic::{
     limits as lim,
     port::{self, IbMtu},
@@ -79,6 +82,22 @@ pub(crate) struct RrxeQp {
     has_srq: bool,
     cap: QpCap,
     attrs: Pin<KBox<Mutex<QpAttrs>>>,
+    /// User QPs: the send ring (the provider produces).
+    #[expect(dead_code, reason = "drained by the requester (data-path issue)")]
+    sq: Option<SharedRing>,
+    /// User QPs without an SRQ: the receive ring.
+    #[expect(dead_code, reason = "consumed by the responder (data-path issue)")]
+    rq: Option<SharedRing>,
+}
+
+/// A work-queue ring with `wr` slots of `slot_size` bytes.
+fn new_wq(udata: &Udata, wr: u32, slot_size: usize) -> Result<(SharedRing, uapi::RingInfo)> {
+    let slots = wr.max(1).checked_next_power_of_two().ok_or(EINVAL)?;
+    let ring = SharedRing::new(udata, uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE))?;
+    ring.store_release(offset_of!(uapi::RingHeader, log2_slots), slots.trailing_zeros());
+    ring.store_release(offset_of!(uapi::RingHeader, slot_size), slot_size as u32);
+    let info = uapi::RingInfo { mmap_key: ring.key(), bytes: ring.bytes() as u64, slots, slot_size: slot_size as u32 };
+    Ok((ring, info))
 }
 
 fn limits() -> DeviceLimits {
@@ -115,6 +134,20 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata:
         init.cap.max_recv_sge = 0;
     }
     let attrs = KBox::pin_init(new_mutex!(QpAttrs::reset(), "rrxe:qp"), GFP_KERNEL)?;
+    let (mut sq, mut rq) = (None, None);
+    if let Some(u) = udata {
+        let mut resp = uapi::CreateQpResp::default();
+        let c = &init.cap;
+        let (ring, info) = new_wq(u, c.max_send_wr, uapi::send_slot_size(c.max_send_sge, c.max_inline_data))?;
+        sq = Some(ring);
+        resp.sq = info;
+        if !init.has_srq {
+            let (ring, info) = new_wq(u, c.max_recv_wr, uapi::recv_slot_size(c.max_recv_sge))?;
+            rq = Some(ring);
+            resp.rq = info;
+        }
+        u.respond(&resp)?;
+    }
     let data = dev.data();
     data.quota.qp.take(lim::MAX_QP)?;
     let qpn = match data.alloc_qpn() {
@@ -124,7 +157,7 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata:
             return Err(e);
         }
     };
-    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, has_srq: init.has_srq, cap: init.cap, attrs };
+    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, has_srq: init.has_srq, cap: init.cap, attrs, sq, rq };
     Ok((qp, qpn))
 }
 

@@ -143,6 +143,144 @@ pub const fn ring_bytes(slots: u32, slot_size: usize, page_size: usize) -> usize
     raw.div_ceil(page_size) * page_size
 }
 
+/// A scatter/gather element, as in `struct ibv_sge`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address in the MR.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// The MR's lkey.
+    pub lkey: u32,
+}
+
+/// The fixed part of a send WQE. A slot holds this header, then either `num_sge` [`Sge`]s or
+/// `inline_len` bytes of inline data. The kernel copies a whole slot into private memory
+/// before looking at any field, and bounds every count by the QP's caps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendWqe {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// `enum ibv_wr_opcode`.
+    pub opcode: u32,
+    /// `IBV_SEND_*` flags.
+    pub send_flags: u32,
+    /// Immediate data (network order) or the rkey to invalidate.
+    pub imm_data: u32,
+    /// Scatter/gather entries after the header (0 with `IBV_SEND_INLINE`).
+    pub num_sge: u32,
+    /// Inline payload bytes after the header (only with `IBV_SEND_INLINE`).
+    pub inline_len: u32,
+    /// UD: the address handle number from [`CreateAhResp`].
+    pub ah_num: u32,
+    /// RDMA and atomic: the remote virtual address.
+    pub remote_addr: u64,
+    /// RDMA and atomic: the remote key.
+    pub rkey: u32,
+    /// UD: the destination QP number.
+    pub remote_qpn: u32,
+    /// Atomic: compare (CMP_AND_SWP) or add (FETCH_AND_ADD) operand.
+    pub compare_add: u64,
+    /// Atomic: swap operand.
+    pub swap: u64,
+    /// UD: the destination Q_Key.
+    pub remote_qkey: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// The fixed part of a receive WQE (RQ and SRQ): `num_sge` [`Sge`]s follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvWqe {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// Scatter/gather entries after the header.
+    pub num_sge: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// Bytes of a send slot for the given caps: header plus the larger of the SGE list and the
+/// inline payload, rounded up to a power of two (at least 64).
+pub const fn send_slot_size(max_sge: u32, max_inline: u32) -> usize {
+    let sges = max_sge as usize * core::mem::size_of::<Sge>();
+    let body = if sges > max_inline as usize { sges } else { max_inline as usize };
+    let n = core::mem::size_of::<SendWqe>() + body;
+    if n <= 64 {
+        64
+    } else {
+        n.next_power_of_two()
+    }
+}
+
+/// Bytes of a receive slot for `max_sge` entries, rounded up to a power of two (at least 32).
+pub const fn recv_slot_size(max_sge: u32) -> usize {
+    let n = core::mem::size_of::<RecvWqe>() + max_sge as usize * core::mem::size_of::<Sge>();
+    if n <= 32 {
+        32
+    } else {
+        n.next_power_of_two()
+    }
+}
+
+/// Where the provider finds one ring: `mmap(cmd_fd, offset = mmap_key)` of `bytes` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingInfo {
+    /// The mmap offset (an `rdma_user_mmap_entry` key).
+    pub mmap_key: u64,
+    /// Bytes to map (header and slots, whole pages).
+    pub bytes: u64,
+    /// Slots (a power of two).
+    pub slots: u32,
+    /// Bytes per slot.
+    pub slot_size: u32,
+}
+
+/// Driver-private response of `create_cq` and `resize_cq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateCqResp {
+    /// The completion ring (the kernel produces, the provider consumes).
+    pub ring: RingInfo,
+}
+
+/// Driver-private response of `create_qp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateQpResp {
+    /// The send ring (the provider produces, the kernel consumes).
+    pub sq: RingInfo,
+    /// The receive ring; all zero when the QP uses an SRQ.
+    pub rq: RingInfo,
+}
+
+/// Driver-private response of `create_srq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateSrqResp {
+    /// The receive ring.
+    pub rq: RingInfo,
+}
+
+/// Driver-private response of `create_ah`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateAhResp {
+    /// The number a UD send WQE names the AH by ([`SendWqe::ah_num`]).
+    pub ah_num: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// Set by the kernel in [`RingHeader::reserved`]`[0]` of a send ring while it is draining the
+/// ring: the provider then skips the doorbell (at most one doorbell per `post_send`, none when
+/// the kernel is already busy).
+pub const SQ_FLAG_KERNEL_BUSY: u32 = 1;
+
 // Layout pins: these are part of the ABI.
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
@@ -168,4 +306,14 @@ const _: () = {
     assert!(offset_of!(Cqe, wc_flags) == 36);
     assert!(offset_of!(Cqe, pkey_index) == 40);
     assert!(offset_of!(Cqe, sl) == 44);
+    assert!(size_of::<Sge>() == 16);
+    assert!(size_of::<SendWqe>() == 72);
+    assert!(offset_of!(SendWqe, remote_addr) == 32);
+    assert!(offset_of!(SendWqe, compare_add) == 48);
+    assert!(offset_of!(SendWqe, remote_qkey) == 64);
+    assert!(size_of::<RecvWqe>() == 16);
+    assert!(size_of::<RingInfo>() == 24);
+    assert!(size_of::<CreateCqResp>() == 24);
+    assert!(size_of::<CreateQpResp>() == 48);
+    assert!(size_of::<CreateAhResp>() == 8);
 };

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Queue memory shared with user space: `vmalloc_user` pages published through an
+//! `rdma_user_mmap_entry`, so the provider maps them with `mmap(cmd_fd, key)`.
+//!
+//! Life cycle: [`SharedRing::new`] allocates and inserts the entry; dropping the ring (when its
+//! CQ/QP is destroyed) removes the entry, so no new mapping can be made; ib_core calls
+//! `ops.mmap_free` once the last mapping is gone, and only then is the memory freed. A process
+//! that keeps a mapping after destroying the object therefore keeps valid (if useless) pages.
+//!
+//! The memory is writable by user space at any time: the kernel reads indices with acquire
+//! loads and copies slots out with volatile reads before using them.
+
+use super::bindings as b;
+use super::udata::Udata;
+use core::{
+    ptr::{self, NonNull},
+    sync::atomic::{AtomicU32, Ordering},
+};
+use kernel::{prelude::*, types::Opaque};
+
+/// The ib_core entry with our memory behind it.
+#[repr(C)]
+struct Mapping {
+    entry: Opaque<b::rdma_user_mmap_entry>,
+    mem: *mut u8,
+    bytes: usize,
+}
+
+/// A ring shared with one user context.
+///
+/// # Invariants
+///
+/// `map` points to a live `Mapping` whose entry is inserted in a ucontext and whose `mem` is a
+/// `vmalloc_user` block of `bytes` bytes; the entry is removed exactly once, in `drop`.
+pub(crate) struct SharedRing {
+    map: NonNull<Mapping>,
+    key: u64,
+}
+
+// SAFETY: the mapping is plain memory plus an ib_core entry that may be removed from any thread.
+unsafe impl Send for SharedRing {}
+// SAFETY: shared access only reads/writes the ring through atomics and volatile copies.
+unsafe impl Sync for SharedRing {}
+
+impl SharedRing {
+    /// Allocates `bytes` (a multiple of the page size) of zeroed memory and makes it mappable
+    /// by the context that issued `udata`.
+    pub(crate) fn new(udata: &Udata, bytes: usize) -> Result<Self> {
+        let uctx = udata.ucontext().ok_or(EINVAL)?;
+        if bytes == 0 || bytes % kernel::page::PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: any size may be requested; NULL means failure.
+        let mem = unsafe { b::vmalloc_user_noprof(bytes as _) }.cast::<u8>();
+        if mem.is_null() {
+            return Err(ENOMEM);
+        }
+        let boxed = match KBox::new(Mapping { entry: Opaque::uninit(), mem, bytes }, GFP_KERNEL) {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: `mem` came from `vmalloc_user` and is not shared yet.
+                unsafe { b::vfree(mem.cast()) };
+                return Err(e.into());
+            }
+        };
+        let map = KBox::into_raw(boxed);
+        // SAFETY: `map` is a fresh allocation; a zeroed entry is what `..._insert` expects.
+        // `uctx` is the live context of this verb call. On failure nothing refers to the entry.
+        let r = unsafe {
+            ptr::write_bytes((*map).entry.get(), 0, 1);
+            b::rdma_user_mmap_entry_insert(uctx, (*map).entry.get(), bytes)
+        };
+        if r != 0 {
+            // SAFETY: not inserted, so still exclusively ours.
+            unsafe { Self::free(map) };
+            return Err(Error::from_errno(r));
+        }
+        // SAFETY: inserted entries have `start_pgoff` set; the key is that page offset in bytes.
+        let key = unsafe { ((*(*map).entry.get()).start_pgoff as u64) << kernel::page::PAGE_SHIFT };
+        // INVARIANT: inserted above, removed in `drop`.
+        Ok(SharedRing { map: NonNull::new(map).ok_or(EINVAL)?, key })
+    }
+
+    /// # Safety
+    ///
+    /// `map` must be a `Mapping` from `new` that no entry or mapping refers to any more.
+    unsafe fn free(map: *mut Mapping) {
+        // SAFETY: per the contract above.
+        unsafe {
+            b::vfree((*map).mem.cast());
+            drop(KBox::from_raw(map));
+        }
+    }
+
+    /// The `mmap` offset of this ring.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Bytes of the mapping.
+    pub(crate) fn bytes(&self) -> usize {
+        // SAFETY: by the type invariant the mapping is live.
+        unsafe { self.map.as_ref().bytes }
+    }
+
+    fn mem(&self) -> *mut u8 {
+        // SAFETY: by the type invariant the mapping is live.
+        unsafe { self.map.as_ref().mem }
+    }
+
+    /// The `u32` at byte `off` of the ring, as an atomic. `None` when out of bounds or unaligned.
+    pub(crate) fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
+        if off % 4 != 0 || off.checked_add(4)? > self.bytes() {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (checked; vmalloc memory is page-aligned); the memory
+        // lives as long as `self`; user space may write it concurrently, which atomics allow.
+        Some(unsafe { AtomicU32::from_ptr(self.mem().add(off).cast()) })
+    }
+
+    /// Acquire-loads the `u32` at `off` (0 when out of bounds).
+    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
+    pub(crate) fn load_acquire(&self, off: usize) -> u32 {
+        self.u32_at(off).map_or(0, |a| a.load(Ordering::Acquire))
+    }
+
+    /// Release-stores `v` at `off` (ignored when out of bounds).
+    pub(crate) fn store_release(&self, off: usize, v: u32) {
+        if let Some(a) = self.u32_at(off) {
+            a.store(v, Ordering::Release);
+        }
+    }
+
+    /// Copies `out.len()` bytes at `off` into kernel memory (volatile reads: the user may be
+    /// writing them). `EINVAL` when out of bounds.
+    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        let end = off.checked_add(out.len()).ok_or(EINVAL)?;
+        if end > self.bytes() {
+            return Err(EINVAL);
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: `off + i < bytes`, inside the live allocation.
+            *o = unsafe { ptr::read_volatile(self.mem().add(off + i)) };
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the ring at `off`. `EINVAL` when out of bounds.
+    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+        let end = off.checked_add(data.len()).ok_or(EINVAL)?;
+        if end > self.bytes() {
+            return Err(EINVAL);
+        }
+        for (i, d) in data.iter().enumerate() {
+            // SAFETY: `off + i < bytes`, inside the live allocation.
+            unsafe { ptr::write_volatile(self.mem().add(off + i), *d) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedRing {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant the entry is inserted; after this no new mapping can be
+        // made and ib_core calls `mmap_free` when the last reference goes.
+        unsafe { b::rdma_user_mmap_entry_remove((*self.map.as_ptr()).entry.get()) };
+    }
+}
+
+/// `ops.mmap_free`: the last reference to one of our entries is gone.
+///
+/// # Safety
+///
+/// Called by ib_core once per entry inserted by [`SharedRing::new`].
+pub(crate) unsafe extern "C" fn mmap_free(entry: *mut b::rdma_user_mmap_entry) {
+    // SAFETY: the entry is the first field of a `Mapping` (repr(C)); nothing refers to it now.
+    unsafe { SharedRing::free(entry.cast::<Mapping>()) };
+}
+
+/// `ops.mmap`: maps the ring whose key is the VMA's offset.
+///
+/// # Safety
+///
+/// Called by uverbs with a live context and the caller's new VMA.
+pub(crate) unsafe fn mmap(uctx: *mut b::ib_ucontext, vma: *mut b::vm_area_struct) -> Result {
+    // SAFETY: per the contract above.
+    let entry = unsafe { b::rdma_user_mmap_entry_get(uctx, vma) };
+    if entry.is_null() {
+        return Err(EINVAL);
+    }
+    let map = entry.cast::<Mapping>();
+    // SAFETY: `entry_get` returned one of our entries with a reference held until `put`; the
+    // VMA's size was checked against the entry's length by `rdma_user_mmap_entry_get`.
+    let r = unsafe { b::remap_vmalloc_range(vma, (*map).mem.cast(), 0) };
+    // SAFETY: drops the reference taken by `entry_get`.
+    unsafe { b::rdma_user_mmap_entry_put(entry) };
+    kernel::error::to_result(r)
+}
