@@ -20,6 +20,7 @@ mod log;
 pub mod pd;
 pub mod provider;
 pub mod qp;
+pub mod ring;
 pub mod util;
 
 #[cfg(test)]

@@ -80,8 +80,15 @@ pub struct RingHeader {
     pub log2_slots: u32,
     /// Bytes per slot.
     pub slot_size: u32,
+    /// Send rings: [`SQ_FLAG_KERNEL_BUSY`] while the kernel is draining (written by the kernel
+    /// only). The doorbell protocol: the provider writes its slots, release-stores `producer`,
+    /// issues a full fence, then reads `flags` and rings only if BUSY is clear. The kernel sets
+    /// BUSY before a drain pass; at the end it clears BUSY, issues a full fence and re-reads
+    /// `producer`, draining again if it moved; a doorbell that arrives during a pass causes one
+    /// more pass.
+    pub flags: u32,
     /// Reserved, zero.
-    pub reserved: [u32; 14],
+    pub reserved: [u32; 13],
 }
 
 /// Bytes of a [`RingHeader`]; slots start right after it.
@@ -125,7 +132,8 @@ pub struct Cqe {
 /// Bytes per CQ slot.
 pub const CQE_SIZE: usize = 64;
 
-/// Slots of a CQ ring that must hold `cqe` completions: the next power of two.
+/// Slots of a CQ ring that must hold `cqe` completions: the next power of two (0 when that
+/// overflows; callers refuse 0).
 pub const fn cq_ring_slots(cqe: u32) -> u32 {
     if cqe <= 1 {
         1
@@ -276,9 +284,9 @@ pub struct CreateAhResp {
     pub reserved: u32,
 }
 
-/// Set by the kernel in [`RingHeader::reserved`]`[0]` of a send ring while it is draining the
-/// ring: the provider then skips the doorbell (at most one doorbell per `post_send`, none when
-/// the kernel is already busy).
+/// Set by the kernel in [`RingHeader::flags`] of a send ring while it is draining the ring: the
+/// provider then skips the doorbell (at most one doorbell per `post_send`, none when the kernel
+/// is already busy).
 pub const SQ_FLAG_KERNEL_BUSY: u32 = 1;
 
 // Layout pins: these are part of the ABI.
@@ -299,6 +307,7 @@ const _: () = {
     assert!(offset_of!(RingHeader, consumer) == CACHELINE);
     assert!(offset_of!(RingHeader, log2_slots) == 2 * CACHELINE);
     assert!(offset_of!(RingHeader, slot_size) == 2 * CACHELINE + 4);
+    assert!(offset_of!(RingHeader, flags) == 2 * CACHELINE + 8);
     assert!(size_of::<Cqe>() == CQE_SIZE);
     assert!(offset_of!(Cqe, wr_id) == 0);
     assert!(offset_of!(Cqe, status) == 8);

@@ -1,0 +1,144 @@
+//! Pure rules: which send opcodes and flags a QP type takes, and the CQE -> `ibv_wc`
+//! translation. No memory access beyond the values passed in.
+
+use core::ffi::c_int;
+
+use rrxe_uapi::Cqe;
+
+use super::RingError;
+use crate::abi::{
+    ibv_wc, ibv_wc__bindgen_ty_1, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_FENCE,
+    IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP,
+    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM,
+    IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+};
+
+/// The `ibv_wr_opcode`s a send WQE may carry (on an RC QP; see [`opcode_allowed`]). The rest
+/// (`LOCAL_INV`, `BIND_MW`, `SEND_WITH_INV`, `TSO`, `DRIVER1`, `ATOMIC_WRITE`, unknown values)
+/// are refused with `EINVAL`.
+pub const SUPPORTED_SEND_OPCODES: [u32; 7] = [
+    IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM,
+    IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM,
+    IBV_WR_RDMA_READ,
+    IBV_WR_ATOMIC_CMP_AND_SWP,
+    IBV_WR_ATOMIC_FETCH_AND_ADD,
+];
+
+/// The `IBV_SEND_*` flags a send WR may carry; any other bit (`IP_CSUM`, which the device
+/// does not offer, or an unknown one) is `EINVAL`.
+pub const SUPPORTED_SEND_FLAGS: u32 =
+    IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+/// Whether a QP of `qp_type` may post `opcode`: UD only sends, UC no RDMA READ and no
+/// atomics, RC everything in [`SUPPORTED_SEND_OPCODES`]; other QP types nothing.
+pub fn opcode_allowed(qp_type: u32, opcode: u32) -> bool {
+    match qp_type {
+        IBV_QPT_RC => SUPPORTED_SEND_OPCODES.contains(&opcode),
+        IBV_QPT_UC => matches!(
+            opcode,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        ),
+        IBV_QPT_UD => matches!(opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
+        _ => false,
+    }
+}
+
+/// What part of `ibv_send_wr::wr` an opcode uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Remote {
+    /// `wr.ud` (UD sends).
+    Ud,
+    /// Nothing (RC/UC sends).
+    None,
+    /// `wr.rdma` (RDMA WRITE/READ).
+    Rdma,
+    /// `wr.atomic`.
+    Atomic,
+}
+
+/// The checks of a send WR that need only its scalar fields. `num_sge` is checked against
+/// `max_sge` unless the WR is inline (the SGEs of an inline WR only gather the payload, which
+/// [`check_inline_len`] bounds). Returns which remote fields the WQE takes.
+pub(crate) fn check_send_scalars(
+    qp_type: u32,
+    max_sge: u32,
+    opcode: u32,
+    send_flags: u32,
+    num_sge: c_int,
+) -> Result<Remote, RingError> {
+    if !opcode_allowed(qp_type, opcode) {
+        return Err(RingError::Invalid("opcode not supported on this QP type"));
+    }
+    if send_flags & !SUPPORTED_SEND_FLAGS != 0 {
+        return Err(RingError::Invalid("unsupported send flag"));
+    }
+    let Ok(n) = u32::try_from(num_sge) else {
+        return Err(RingError::Invalid("negative num_sge"));
+    };
+    let inline = send_flags & IBV_SEND_INLINE != 0;
+    let remote = match opcode {
+        _ if qp_type == IBV_QPT_UD => Remote::Ud,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => Remote::None,
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => Remote::Rdma,
+        IBV_WR_RDMA_READ => Remote::Rdma,
+        _ => Remote::Atomic,
+    };
+    if inline && (opcode == IBV_WR_RDMA_READ || remote == Remote::Atomic) {
+        return Err(RingError::Invalid("inline RDMA READ or atomic"));
+    }
+    if !inline && n > max_sge {
+        return Err(RingError::Invalid("num_sge above the QP's max_send_sge"));
+    }
+    Ok(remote)
+}
+
+/// An inline payload of `total` bytes must fit `max_inline`.
+pub(crate) fn check_inline_len(total: u64, max_inline: u32) -> Result<u32, RingError> {
+    match u32::try_from(total) {
+        Ok(t) if t <= max_inline => Ok(t),
+        _ => Err(RingError::Invalid(
+            "inline data above the QP's max_inline_data",
+        )),
+    }
+}
+
+/// An atomic needs an 8-byte aligned remote address and room for the 8-byte original value
+/// (as rdma-core's rxe checks).
+pub(crate) fn check_atomic(remote_addr: u64, total_len: u64) -> Result<(), RingError> {
+    if !remote_addr.is_multiple_of(8) || total_len < 8 {
+        return Err(RingError::Invalid(
+            "atomic: unaligned remote address or SGE under 8 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `opcode` carries immediate data.
+pub(crate) fn has_imm(opcode: u32) -> bool {
+    matches!(opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM)
+}
+
+/// A CQE as libibverbs' `struct ibv_wc`: a field-for-field copy (the kernel already writes
+/// `ibv_wc_status`, `ibv_wc_opcode` and `IBV_WC_*` flag values; `imm_data` stays in network
+/// order, and is the invalidated rkey with `IBV_WC_WITH_INV`, the same union member).
+pub fn cqe_to_wc(c: &Cqe) -> ibv_wc {
+    ibv_wc {
+        wr_id: c.wr_id,
+        status: c.status,
+        opcode: c.opcode,
+        vendor_err: c.vendor_err,
+        byte_len: c.byte_len,
+        __bindgen_anon_1: ibv_wc__bindgen_ty_1 {
+            imm_data: c.imm_data,
+        },
+        qp_num: c.qp_num,
+        src_qp: c.src_qp,
+        wc_flags: c.wc_flags,
+        pkey_index: c.pkey_index,
+        slid: c.slid,
+        sl: c.sl,
+        dlid_path_bits: c.dlid_path_bits,
+    }
+}
