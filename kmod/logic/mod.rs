@@ -6,13 +6,16 @@
 //! them with cargo (unit, table and property tests). Nothing here calls back into the kernel.
 
 pub mod guid;
+pub mod icrc;
 pub mod idalloc;
 pub mod limits;
 pub mod link;
 pub mod mr;
+pub mod opcode;
 pub mod port;
 pub mod roce;
 
 pub mod psn;
 pub mod qp_attr;
 pub mod qp_state;
+pub mod wire;

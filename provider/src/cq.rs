@@ -1,10 +1,9 @@
 //! Completion queues (trampolines called by libibverbs).
 //!
-//! Until the shared-memory CQ rings exist, completions are polled through the kernel:
-//! `poll_cq` is `ibv_cmd_poll_cq` (`POLL_CQ`) and `req_notify_cq` is `ibv_cmd_req_notify_cq`
-//! (`REQ_NOTIFY_CQ`). While the kernel has no `poll_cq`, `POLL_CQ` fails with `EOPNOTSUPP` and
-//! `ibv_poll_cq` returns -1: an honest error, unlike libibverbs' dummy, whose return value
-//! 95 (`EOPNOTSUPP`) callers would read as 95 completions.
+//! The kernel answers `create_cq` with a completion ring ([`rrxe_uapi::CreateCqResp`]); the
+//! provider maps it and `poll_cq` reads completions from it with no syscall. A CQ without a
+//! ring (a kernel that announced none) is polled through the kernel (`ibv_cmd_poll_cq`).
+//! `req_notify_cq` is `ibv_cmd_req_notify_cq` (`REQ_NOTIFY_CQ`).
 
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of_val};
@@ -16,6 +15,7 @@ use crate::abi::{
     rrxe_create_cq_resp, rrxe_resize_cq, rrxe_resize_cq_resp, set_errno, verbs_cq, CBox, ZeroInit,
 };
 use crate::log::trace;
+use crate::ring::{CqRing, Mapping};
 
 /// The provider's CQ: libibverbs' `verbs_cq` (the application's `ibv_cq` at offset 0). The
 /// full `verbs_cq` (`ibv_cq_ex`-sized) is allocated so that libibverbs' `ibv_cq_ex` accessors
@@ -23,6 +23,8 @@ use crate::log::trace;
 #[repr(C)]
 pub struct RrxeCq {
     pub vcq: verbs_cq,
+    /// The mapped completion ring (`Box::into_raw`), or null.
+    ring: *mut CqRing,
 }
 
 const _: () = assert!(offset_of!(RrxeCq, vcq) == 0);
@@ -30,6 +32,19 @@ const _: () = assert!(offset_of!(RrxeCq, vcq) == 0);
 // SAFETY: `verbs_cq` is a union of `ibv_cq`/`ibv_cq_ex`: pointers, integers, pthread
 // mutex/cond (all-zero = PTHREAD_*_INITIALIZER in glibc) and `Option<fn>`s; no drop glue.
 unsafe impl ZeroInit for RrxeCq {}
+
+/// Maps the ring the kernel announced; `None` when it announced none.
+fn map_ring(ctx: *mut ibv_context, r: &rrxe_uapi::CreateCqResp) -> Result<Option<Box<CqRing>>, c_int> {
+    if r.ring.bytes == 0 {
+        return Ok(None);
+    }
+    // SAFETY: `ctx` is a live context of ours; `cmd_fd` is its uverbs file.
+    let fd = unsafe { (*ctx).cmd_fd };
+    let len = usize::try_from(r.ring.bytes).map_err(|_| libc::EINVAL)?;
+    let m = Mapping::map_shared(fd, r.ring.mmap_key, len)?;
+    let ring = CqRing::from_mapping(m, &r.ring).map_err(|e| e.errno())?;
+    Ok(Some(Box::new(ring)))
+}
 
 impl RrxeCq {
     /// The `ibv_cq` inside `cq`.
@@ -78,6 +93,18 @@ pub unsafe extern "C" fn create_cq(
         set_errno(cmd_errno(ret));
         return ptr::null_mut();
     }
+    match map_ring(ctx, &resp.drv_payload) {
+        // SAFETY: `cq` is ours until `into_raw` below.
+        Ok(Some(ring)) => unsafe { (*cq.as_ptr()).ring = Box::into_raw(ring) },
+        Ok(None) => {}
+        Err(e) => {
+            trace!("create_cq: mapping the ring failed: {e}");
+            // SAFETY: the kernel CQ exists; destroy it again, then report the mapping error.
+            unsafe { ibv_cmd_destroy_cq(RrxeCq::ibv_cq(&cq)) };
+            set_errno(e);
+            return ptr::null_mut();
+        }
+    }
     let p = RrxeCq::ibv_cq(&cq);
     // SAFETY: `p` is live and filled by the helper.
     let (handle, got) = unsafe { ((*p).handle, (*p).cqe) };
@@ -105,7 +132,26 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         )
     };
     trace!("resize_cq({cq:p}, {cqe}) = {ret}");
-    ret
+    if ret != 0 {
+        return ret;
+    }
+    // The kernel answered with a new ring: map it, then drop the old one.
+    // SAFETY: `cq` is a live CQ of ours (offset 0 of `RrxeCq`); libibverbs serialises resize
+    // with the application's other calls on this CQ.
+    unsafe {
+        let rc = cq.cast::<RrxeCq>();
+        match map_ring((*cq).context, &resp.drv_payload) {
+            Ok(Some(ring)) => {
+                let old = core::mem::replace(&mut (*rc).ring, Box::into_raw(ring));
+                if !old.is_null() {
+                    drop(Box::from_raw(old));
+                }
+                0
+            }
+            Ok(None) => 0,
+            Err(e) => e,
+        }
+    }
 }
 
 /// `verbs_context_ops::destroy_cq`: `ibv_cmd_destroy_cq` (which also waits for the
@@ -119,8 +165,15 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     trace!("destroy_cq({cq:p}) = {ret}");
     if ret == 0 {
         // SAFETY: the kernel object is gone; `cq` is the `RrxeCq` from `create_cq` (offset 0)
-        // and libibverbs does not use it after a successful destroy.
-        drop(unsafe { CBox::from_raw(cq.cast::<RrxeCq>()) });
+        // and libibverbs does not use it after a successful destroy; its ring pointer is null
+        // or from `Box::into_raw`.
+        unsafe {
+            let rc = cq.cast::<RrxeCq>();
+            if !(*rc).ring.is_null() {
+                drop(Box::from_raw((*rc).ring));
+            }
+            drop(CBox::from_raw(rc));
+        }
     }
     ret
 }
@@ -132,6 +185,12 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// Called by libibverbs/applications only, with a CQ of ours and `wc` valid for
 /// `num_entries` entries.
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: `cq` is a live CQ of ours (offset 0 of `RrxeCq`).
+    let ring = unsafe { (*cq.cast::<RrxeCq>()).ring };
+    if !ring.is_null() {
+        // SAFETY: the ring lives as long as the CQ; `wc` is valid for `num_entries` entries.
+        return unsafe { (*ring).poll_raw(num_entries, wc) };
+    }
     // SAFETY: arguments as received; the helper writes at most `num_entries` entries.
     let n = unsafe { ibv_cmd_poll_cq(cq, num_entries, wc) };
     if n < 0 {

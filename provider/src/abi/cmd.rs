@@ -136,13 +136,13 @@ declare_drv_cmd! {
 declare_drv_cmd! {
     rrxe_create_cq, rrxe_create_cq_resp =
         ibv_create_cq, ib_uverbs_create_cq, ib_uverbs_create_cq_resp, 4;
-        Empty, Empty
+        Empty, rrxe_uapi::CreateCqResp
 }
 
 declare_drv_cmd! {
     rrxe_resize_cq, rrxe_resize_cq_resp =
         ibv_resize_cq, ib_uverbs_resize_cq, ib_uverbs_resize_cq_resp, 4;
-        Empty, Empty
+        Empty, rrxe_uapi::CreateCqResp
 }
 
 declare_drv_cmd! {

@@ -214,11 +214,14 @@ fn driver_command_udata_sizes() {
 }
 
 #[test]
-fn control_path_commands_carry_no_driver_udata() {
-    // (name, inlen, outlen) as the kernel sees them. Only GET_CONTEXT has driver data so far.
+fn control_path_commands_carry_only_the_defined_driver_udata() {
+    // (name, inlen, outlen) as the kernel sees them: GET_CONTEXT's uABI exchange and the CQ
+    // ring announcement; nothing else carries driver data so far.
     for &(name, inlen, outlen) in DRV_UDATA_LENS {
         if name == "rrxe_get_context" {
             assert_eq!((inlen, outlen), (8, 16), "{name}");
+        } else if name == "rrxe_create_cq" || name == "rrxe_resize_cq" {
+            assert_eq!((inlen, outlen), (0, size_of::<rrxe_uapi::CreateCqResp>()), "{name}");
         } else {
             assert_eq!((inlen, outlen), (0, 0), "{name}");
         }
@@ -231,9 +234,9 @@ fn control_path_commands_carry_no_driver_udata() {
     assert_eq!(size_of::<rrxe_reg_mr>(), 48);
     assert_eq!(size_of::<rrxe_reg_mr_resp>(), 12);
     assert_eq!(size_of::<rrxe_create_cq>(), 40);
-    assert_eq!(size_of::<rrxe_create_cq_resp>(), 8);
+    assert_eq!(size_of::<rrxe_create_cq_resp>(), 32);
     assert_eq!(size_of::<rrxe_resize_cq>(), 24);
-    assert_eq!(size_of::<rrxe_resize_cq_resp>(), 8);
+    assert_eq!(size_of::<rrxe_resize_cq_resp>(), 32);
     assert_eq!(size_of::<rrxe_create_qp>(), 64);
     assert_eq!(size_of::<rrxe_create_qp_resp>(), 32);
     assert_eq!(size_of::<rrxe_create_qp_ex>(), 88);
@@ -248,7 +251,8 @@ fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
     use core::mem::{offset_of, size_of};
     assert_eq!(size_of::<crate::pd::RrxePd>(), size_of::<ibv_pd>());
     assert_eq!(size_of::<crate::pd::RrxeMr>(), 56);
-    assert_eq!(size_of::<crate::cq::RrxeCq>(), 288);
+    // verbs_cq (288) plus the ring pointer.
+    assert_eq!(size_of::<crate::cq::RrxeCq>(), 296);
     assert_eq!(size_of::<crate::qp::RrxeQp>(), 368);
     assert_eq!(size_of::<crate::ah::RrxeAh>(), size_of::<ibv_ah>());
     assert_eq!(offset_of!(verbs_qp, comp_mask), 352);
