@@ -242,6 +242,24 @@ pub(crate) struct MrKeys {
     pub(crate) rkey: u32,
 }
 
+fn cap_from_raw(c: &b::ib_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn cap_to_raw(c: &QpCap, out: &mut b::ib_qp_cap) {
+    out.max_send_wr = c.max_send_wr;
+    out.max_recv_wr = c.max_recv_wr;
+    out.max_send_sge = c.max_send_sge;
+    out.max_recv_sge = c.max_recv_sge;
+    out.max_inline_data = c.max_inline_data;
+}
+
 type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
 type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
 type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
@@ -371,13 +389,7 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
         let (d, ia, udata) = unsafe { (dev::<T>((*qp).device), &mut *init, Udata::from_raw(udata)) };
         let mut qi = QpInit {
             qp_type: ia.qp_type,
-            cap: QpCap {
-                max_send_wr: ia.cap.max_send_wr,
-                max_recv_wr: ia.cap.max_recv_wr,
-                max_send_sge: ia.cap.max_send_sge,
-                max_recv_sge: ia.cap.max_recv_sge,
-                max_inline_data: ia.cap.max_inline_data,
-            },
+            cap: cap_from_raw(&ia.cap),
             sq_sig_all: ia.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
             has_srq: !ia.srq.is_null(),
             create_flags: ia.create_flags,
@@ -390,11 +402,7 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
         // SAFETY: a user or kernel QP always has its PD set by ib_core, and it is ours.
         let pd = unsafe { PdObj::<T>::data((*qp).pd) };
         let (data, qpn) = T::create_qp(d, pd, &mut qi, udata.as_ref())?;
-        ia.cap.max_send_wr = qi.cap.max_send_wr;
-        ia.cap.max_recv_wr = qi.cap.max_recv_wr;
-        ia.cap.max_send_sge = qi.cap.max_send_sge;
-        ia.cap.max_recv_sge = qi.cap.max_recv_sge;
-        ia.cap.max_inline_data = qi.cap.max_inline_data;
+        cap_to_raw(&qi.cap, &mut ia.cap);
         // SAFETY: the data of a fresh QP block is uninitialised; the QPN is ours to set.
         unsafe {
             (*qp).qp_num = qpn;
@@ -488,11 +496,7 @@ unsafe extern "C" fn query_qp<T: IbDriver>(
         a.sq_psn = s.sq_psn;
         a.dest_qp_num = s.dest_qp_num;
         a.qp_access_flags = s.qp_access_flags as i32;
-        a.cap.max_send_wr = s.cap.max_send_wr;
-        a.cap.max_recv_wr = s.cap.max_recv_wr;
-        a.cap.max_send_sge = s.cap.max_send_sge;
-        a.cap.max_recv_sge = s.cap.max_recv_sge;
-        a.cap.max_inline_data = s.cap.max_inline_data;
+        cap_to_raw(&s.cap, &mut a.cap);
         s.av.write_raw(&mut a.ah_attr);
         a.pkey_index = s.pkey_index;
         a.en_sqd_async_notify = s.en_sqd_async_notify;
@@ -504,11 +508,7 @@ unsafe extern "C" fn query_qp<T: IbDriver>(
         a.timeout = s.timeout;
         a.retry_cnt = s.retry_cnt;
         a.rnr_retry = s.rnr_retry;
-        ia.cap.max_send_wr = s.cap.max_send_wr;
-        ia.cap.max_recv_wr = s.cap.max_recv_wr;
-        ia.cap.max_send_sge = s.cap.max_send_sge;
-        ia.cap.max_recv_sge = s.cap.max_recv_sge;
-        ia.cap.max_inline_data = s.cap.max_inline_data;
+        cap_to_raw(&s.cap, &mut ia.cap);
         ia.qp_type = s.qp_type;
         ia.sq_sig_type = if s.sq_sig_all { b::ib_sig_type_IB_SIGNAL_ALL_WR } else { b::ib_sig_type_IB_SIGNAL_REQ_WR };
         Ok(0)

@@ -79,7 +79,6 @@ pub(crate) struct RrxeQp {
     qpn: u32,
     qp_type: QpType,
     sq_sig_all: bool,
-    has_srq: bool,
     cap: QpCap,
     attrs: Pin<KBox<Mutex<QpAttrs>>>,
     /// User QPs: the send ring (the provider produces).
@@ -157,7 +156,7 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata:
             return Err(e);
         }
     };
-    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, has_srq: init.has_srq, cap: init.cap, attrs, sq, rq };
+    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, cap: init.cap, attrs, sq, rq };
     Ok((qp, qpn))
 }
 
@@ -192,53 +191,37 @@ pub(super) fn modify(
         *a = QpAttrs::reset();
         return Ok(());
     }
-    if let Some(x) = v.path_mtu {
-        a.path_mtu = x;
+    // Commit every attribute the request carried (validated above).
+    macro_rules! commit {
+        ($($field:ident),* $(,)?) => {$(
+            if let Some(x) = v.$field {
+                a.$field = x;
+            }
+        )*};
     }
-    if let Some(x) = v.path_mig_state {
-        a.path_mig_state = x;
-    }
-    if let Some(x) = v.qkey {
-        a.qkey = x;
-    }
+    commit!(
+        path_mtu,
+        path_mig_state,
+        qkey,
+        dest_qp_num,
+        pkey_index,
+        en_sqd_async_notify,
+        max_rd_atomic,
+        max_dest_rd_atomic,
+        min_rnr_timer,
+        port_num,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+    );
     if let Some(x) = v.rq_psn {
         a.rq_psn = x.get();
     }
     if let Some(x) = v.sq_psn {
         a.sq_psn = x.get();
     }
-    if let Some(x) = v.dest_qp_num {
-        a.dest_qp_num = x;
-    }
     if let Some(x) = v.qp_access_flags {
         a.access = x;
-    }
-    if let Some(x) = v.pkey_index {
-        a.pkey_index = x;
-    }
-    if let Some(x) = v.en_sqd_async_notify {
-        a.en_sqd_async_notify = x;
-    }
-    if let Some(x) = v.max_rd_atomic {
-        a.max_rd_atomic = x;
-    }
-    if let Some(x) = v.max_dest_rd_atomic {
-        a.max_dest_rd_atomic = x;
-    }
-    if let Some(x) = v.min_rnr_timer {
-        a.min_rnr_timer = x;
-    }
-    if let Some(x) = v.port_num {
-        a.port_num = x;
-    }
-    if let Some(x) = v.timeout {
-        a.timeout = x;
-    }
-    if let Some(x) = v.retry_cnt {
-        a.retry_cnt = x;
-    }
-    if let Some(x) = v.rnr_retry {
-        a.rnr_retry = x;
     }
     if path.is_some() {
         a.path = path;
@@ -286,7 +269,6 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
-    let _ = qp.has_srq;
     dev.data().free_qpn(qp.qpn);
     RrxeDev::release(&dev.data().quota.qp);
 }

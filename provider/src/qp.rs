@@ -73,13 +73,19 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
             size_of_val(&resp),
         )
     };
+    finish_create("create_qp", ret, qp)
+}
+
+/// The common end of both create paths: on success the QP passes to libibverbs, on failure it
+/// is freed and `errno` set.
+fn finish_create(what: &str, ret: c_int, qp: CBox<RrxeQp>) -> *mut ibv_qp {
     if ret != 0 {
-        trace!("create_qp = {ret}");
+        trace!("{what} = {ret}");
         set_errno(cmd_errno(ret));
         return ptr::null_mut();
     }
     let p = RrxeQp::ibv_qp(&qp);
-    RrxeQp::trace_created("create_qp", p);
+    RrxeQp::trace_created(what, p);
     qp.into_raw();
     p
 }
@@ -121,15 +127,7 @@ pub unsafe extern "C" fn create_qp_ex(
             size_of_val(&resp),
         )
     };
-    if ret != 0 {
-        trace!("create_qp_ex(comp_mask {mask:#x}) = {ret}");
-        set_errno(cmd_errno(ret));
-        return ptr::null_mut();
-    }
-    let p = RrxeQp::ibv_qp(&qp);
-    RrxeQp::trace_created("create_qp_ex", p);
-    qp.into_raw();
-    p
+    finish_create("create_qp_ex", ret, qp)
 }
 
 /// `verbs_context_ops::modify_qp`: `ibv_cmd_modify_qp` (`MODIFY_QP`). For RoCE the kernel
