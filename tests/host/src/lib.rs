@@ -6,3 +6,6 @@
 
 #[path = "../../../kmod/logic/mod.rs"]
 pub mod logic;
+
+/// The ABI crate under the name the kernel crate gives it (`crate::uapi`), for `logic`.
+pub use rrxe_uapi as uapi;
