@@ -13,7 +13,7 @@
 
 use super::bindings as b;
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
-use super::objects::{AddressVector, CqInit, MrArgs, MrKeys, QpInit, QpSnapshot};
+use super::objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef};
 use crate::logic::qp_attr::ModifyRequest;
 use super::udata::Udata;
 use core::{
@@ -85,20 +85,27 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     type Mr: Send + Sync;
     /// Address handle data.
     type Ah: Send + Sync;
+    /// Shared receive queue data.
+    type Srq: Send + Sync;
 
     /// `alloc_pd`.
     fn alloc_pd(dev: &Device<Self>, udata: Option<&Udata>) -> Result<Self::Pd>;
     /// `dealloc_pd`: runs before the data is dropped.
     fn dealloc_pd(dev: &Device<Self>, pd: &Self::Pd);
     /// `create_cq`: returns the data and the number of CQEs granted.
-    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>) -> Result<(Self::Cq, u32)>;
+    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>, cq: CqRef) -> Result<(Self::Cq, u32)>;
     /// `destroy_cq`: runs before the data is dropped.
     fn destroy_cq(dev: &Device<Self>, cq: &Self::Cq);
     /// `resize_cq`: returns the number of CQEs granted.
     fn resize_cq(dev: &Device<Self>, cq: &Self::Cq, cqe: u32, udata: Option<&Udata>) -> Result<u32>;
     /// `create_qp`: may lower `init.cap` to what is granted; returns the data and the QPN.
-    fn create_qp(dev: &Device<Self>, pd: &Self::Pd, init: &mut QpInit, udata: Option<&Udata>)
-        -> Result<(Self::Qp, u32)>;
+    fn create_qp(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        init: &mut QpInit,
+        udata: Option<&Udata>,
+        links: QpLinks<'_, Self>,
+    ) -> Result<(Self::Qp, u32)>;
     /// `modify_qp`: `av` is present when the mask has `IB_QP_AV`.
     fn modify_qp(
         dev: &Device<Self>,
@@ -120,6 +127,19 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn create_ah(dev: &Device<Self>, pd: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah>;
     /// `destroy_ah`: runs before the data is dropped.
     fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah);
+    /// `create_srq`: may lower `attr` to what is granted.
+    fn create_srq(dev: &Device<Self>, pd: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, srq: SrqRef)
+        -> Result<Self::Srq>;
+    /// `modify_srq` with the `IB_SRQ_*` mask.
+    fn modify_srq(dev: &Device<Self>, srq: &Self::Srq, attr: &SrqAttr, mask: u32, udata: Option<&Udata>) -> Result;
+    /// `query_srq`.
+    fn query_srq(dev: &Device<Self>, srq: &Self::Srq) -> Result<SrqAttr>;
+    /// `destroy_srq`: runs before the data is dropped.
+    fn destroy_srq(dev: &Device<Self>, srq: &Self::Srq);
+    /// A user QP's send doorbell.
+    fn post_send(dev: &Device<Self>, qp: &Self::Qp) -> Result;
+    /// `req_notify_cq`: arms the CQ; returns whether completions are already waiting.
+    fn req_notify_cq(dev: &Device<Self>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
 }
 
 /// An `ib_device` owned by ib_core with driver `T`'s data embedded.
@@ -244,6 +264,9 @@ impl<T: IbDriver> Device<T> {
         unsafe {
             b::ib_set_device_ops(raw, &mut ops);
             (*raw).node_type = b::RDMA_NODE_IB_CA as u8;
+            // Commands ib_core does not enable by default: the send doorbell and CQ arming.
+            (*raw).uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
+                | (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
             (*raw).phys_port_cnt = id.phys_port_cnt;
             (*raw).num_comp_vectors = id.num_comp_vectors as i32;
             (*raw).node_guid = u64::from_ne_bytes(id.node_guid_be);

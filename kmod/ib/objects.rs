@@ -228,6 +228,130 @@ impl Drop for Umem {
     }
 }
 
+/// The objects a new QP is attached to.
+pub(crate) struct QpLinks<'a, T: IbDriver> {
+    pub(crate) send_cq: &'a T::Cq,
+    pub(crate) recv_cq: &'a T::Cq,
+    pub(crate) srq: Option<&'a T::Srq>,
+    pub(crate) this: QpRef,
+}
+
+/// Raises ib_core events on a CQ.
+///
+/// # Invariants
+///
+/// Points to a CQ of ours. The driver stops using it (drops every copy reachable from the data
+/// path) before `destroy_cq` returns.
+pub(crate) struct CqRef(*mut b::ib_cq);
+
+// SAFETY: the handlers ib_core installs may be called from any context.
+unsafe impl Send for CqRef {}
+// SAFETY: as above.
+unsafe impl Sync for CqRef {}
+
+impl CqRef {
+    /// Calls the completion handler (the completion channel of a user CQ).
+    pub(crate) fn comp_event(&self) {
+        // SAFETY: by the type invariant the CQ is alive; `comp_handler` and `cq_context` were
+        // set by ib_core before `create_cq` and never change.
+        unsafe {
+            if let Some(h) = (*self.0).comp_handler {
+                h(self.0, (*self.0).cq_context);
+            }
+        }
+    }
+
+    /// Reports CQ_ERR (an overrun).
+    pub(crate) fn error_event(&self) {
+        let mut ev = b::ib_event::default();
+        // SAFETY: the CQ is alive (invariant); `cq` is the union member read for CQ events.
+        unsafe {
+            ev.device = (*self.0).device;
+            *ev.element.cq.as_mut() = self.0;
+            ev.event = b::ib_event_type_IB_EVENT_CQ_ERR;
+            if let Some(h) = (*self.0).event_handler {
+                h(&mut ev, (*self.0).cq_context);
+            }
+        }
+    }
+}
+
+/// Affiliated events of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpEvent {
+    Fatal,
+    CommEst,
+    SqDrained,
+    LastWqeReached,
+}
+
+/// Raises ib_core events on a QP. Invariants as for [`CqRef`], with `destroy_qp`.
+pub(crate) struct QpRef(*mut b::ib_qp);
+
+// SAFETY: see `CqRef`.
+unsafe impl Send for QpRef {}
+// SAFETY: see `CqRef`.
+unsafe impl Sync for QpRef {}
+
+impl QpRef {
+    /// Dispatches `e` to the QP's event handler.
+    pub(crate) fn event(&self, e: QpEvent) {
+        let mut ev = b::ib_event::default();
+        ev.event = match e {
+            QpEvent::Fatal => b::ib_event_type_IB_EVENT_QP_FATAL,
+            QpEvent::CommEst => b::ib_event_type_IB_EVENT_COMM_EST,
+            QpEvent::SqDrained => b::ib_event_type_IB_EVENT_SQ_DRAINED,
+            QpEvent::LastWqeReached => b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+        };
+        // SAFETY: the QP is alive (invariant); `event_handler`/`qp_context` were set by ib_core
+        // before `create_qp`; `qp` is the union member read for QP events.
+        unsafe {
+            ev.device = (*self.0).device;
+            *ev.element.qp.as_mut() = self.0;
+            if let Some(h) = (*self.0).event_handler {
+                h(&mut ev, (*self.0).qp_context);
+            }
+        }
+    }
+}
+
+/// Raises ib_core events on an SRQ. Invariants as for [`CqRef`], with `destroy_srq`.
+pub(crate) struct SrqRef(*mut b::ib_srq);
+
+// SAFETY: see `CqRef`.
+unsafe impl Send for SrqRef {}
+// SAFETY: see `CqRef`.
+unsafe impl Sync for SrqRef {}
+
+impl SrqRef {
+    /// Reports SRQ_LIMIT_REACHED.
+    pub(crate) fn limit_event(&self) {
+        let mut ev = b::ib_event::default();
+        // SAFETY: the SRQ is alive (invariant); handler and context were set by ib_core.
+        unsafe {
+            ev.device = (*self.0).device;
+            *ev.element.srq.as_mut() = self.0;
+            ev.event = b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED;
+            if let Some(h) = (*self.0).event_handler {
+                h(&mut ev, (*self.0).srq_context);
+            }
+        }
+    }
+}
+
+/// SRQ attributes (`struct ib_srq_attr`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SrqAttr {
+    pub(crate) max_wr: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) srq_limit: u32,
+}
+
+/// `modify_srq` mask bits.
+pub(crate) const SRQ_MAX_WR: u32 = b::ib_srq_attr_mask_IB_SRQ_MAX_WR;
+/// See [`SRQ_MAX_WR`].
+pub(crate) const SRQ_LIMIT: u32 = b::ib_srq_attr_mask_IB_SRQ_LIMIT;
+
 /// `reg_user_mr` parameters.
 pub(crate) struct MrArgs {
     pub(crate) start: u64,
@@ -265,6 +389,7 @@ type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
 type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
 type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
 type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
+type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;
 
 /// Fills the object sizes and verbs callbacks into `ops`.
 pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
@@ -287,6 +412,13 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     // ib_core creates every user AH through `create_user_ah`; kernel ones through `create_ah`.
     ops.create_user_ah = Some(create_ah::<T>);
     ops.destroy_ah = Some(destroy_ah::<T>);
+    ops.size_ib_srq = core::mem::size_of::<SrqObj<T>>();
+    ops.create_srq = Some(create_srq::<T>);
+    ops.modify_srq = Some(modify_srq::<T>);
+    ops.query_srq = Some(query_srq::<T>);
+    ops.destroy_srq = Some(destroy_srq::<T>);
+    ops.post_send = Some(post_send::<T>);
+    ops.req_notify_cq = Some(req_notify_cq::<T>);
 }
 
 /// # Safety
@@ -338,7 +470,7 @@ unsafe extern "C" fn create_cq<T: IbDriver>(
             (dev::<T>((*cq).device), &*attr, udata)
         };
         let init = CqInit { cqe: a.cqe, comp_vector: a.comp_vector, flags: a.flags };
-        let (data, cqe) = T::create_cq(d, &init, udata.as_ref())?;
+        let (data, cqe) = T::create_cq(d, &init, udata.as_ref(), CqRef(cq))?;
         // SAFETY: the data of a fresh CQ block is uninitialised; `cqe` is ours to report.
         unsafe {
             (*cq).cqe = cqe as i32;
@@ -399,9 +531,22 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
             has_recv_cq: !ia.recv_cq.is_null(),
             source_qpn: ia.source_qpn,
         };
-        // SAFETY: a user or kernel QP always has its PD set by ib_core, and it is ours.
-        let pd = unsafe { PdObj::<T>::data((*qp).pd) };
-        let (data, qpn) = T::create_qp(d, pd, &mut qi, udata.as_ref())?;
+        // SAFETY: a user or kernel QP always has its PD set by ib_core, and it is ours; the
+        // CQs (checked non-NULL) and the SRQ, when given, are live objects of ours that ib_core
+        // keeps referenced (usecnt) for the QP's lifetime.
+        let (pd, links) = unsafe {
+            if ia.send_cq.is_null() || ia.recv_cq.is_null() {
+                return Err(EINVAL);
+            }
+            let links = QpLinks::<T> {
+                send_cq: CqObj::<T>::data(ia.send_cq),
+                recv_cq: CqObj::<T>::data(ia.recv_cq),
+                srq: if ia.srq.is_null() { None } else { Some(SrqObj::<T>::data(ia.srq)) },
+                this: QpRef(qp),
+            };
+            (PdObj::<T>::data((*qp).pd), links)
+        };
+        let (data, qpn) = T::create_qp(d, pd, &mut qi, udata.as_ref(), links)?;
         cap_to_raw(&qi.cap, &mut ia.cap);
         // SAFETY: the data of a fresh QP block is uninitialised; the QPN is ours to set.
         unsafe {
@@ -610,6 +755,120 @@ unsafe extern "C" fn destroy_ah<T: IbDriver>(ah: *mut b::ib_ah, _flags: u32) -> 
         AhObj::<T>::drop_data(ah);
     }
     0
+}
+
+/// # Safety
+///
+/// ib_core passes a zeroed SRQ block with `device`, `pd` set and a valid init attr.
+unsafe extern "C" fn create_srq<T: IbDriver>(
+    srq: *mut b::ib_srq,
+    init: *mut b::ib_srq_init_attr,
+    udata: *mut b::ib_udata,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, pd, ia, udata) =
+            unsafe { (dev::<T>((*srq).device), PdObj::<T>::data((*srq).pd), &mut *init, Udata::from_raw(udata)) };
+        if ia.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
+            return Err(crate::ib::eopnotsupp());
+        }
+        let mut attr = SrqAttr { max_wr: ia.attr.max_wr, max_sge: ia.attr.max_sge, srq_limit: ia.attr.srq_limit };
+        let data = T::create_srq(d, pd, &mut attr, udata.as_ref(), SrqRef(srq))?;
+        ia.attr.max_wr = attr.max_wr;
+        ia.attr.max_sge = attr.max_sge;
+        // SAFETY: the data of a fresh SRQ block is uninitialised.
+        unsafe { SrqObj::<T>::init(srq, data) };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live SRQ of ours and a valid attr.
+unsafe extern "C" fn modify_srq<T: IbDriver>(
+    srq: *mut b::ib_srq,
+    attr: *mut b::ib_srq_attr,
+    mask: b::ib_srq_attr_mask,
+    udata: *mut b::ib_udata,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data, a, udata) =
+            unsafe { (dev::<T>((*srq).device), SrqObj::<T>::data(srq), &*attr, Udata::from_raw(udata)) };
+        let sa = SrqAttr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit };
+        T::modify_srq(d, data, &sa, mask, udata.as_ref())?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live SRQ of ours and a writable attr.
+unsafe extern "C" fn query_srq<T: IbDriver>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data) = unsafe { (dev::<T>((*srq).device), SrqObj::<T>::data(srq)) };
+        let a = T::query_srq(d, data)?;
+        // SAFETY: per the contract above.
+        unsafe {
+            (*attr).max_wr = a.max_wr;
+            (*attr).max_sge = a.max_sge;
+            (*attr).srq_limit = a.srq_limit;
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes an SRQ that `create_srq` created and nothing uses any more.
+unsafe extern "C" fn destroy_srq<T: IbDriver>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe {
+        T::destroy_srq(dev::<T>((*srq).device), SrqObj::<T>::data(srq));
+        SrqObj::<T>::drop_data(srq);
+    }
+    0
+}
+
+/// `post_send`: a user QP's doorbell arrives with an empty list (uverbs `POST_SEND` with
+/// `wr_count == 0`); kernel work-request lists are not supported.
+///
+/// # Safety
+///
+/// ib_core passes a live QP of ours.
+unsafe extern "C" fn post_send<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    wr: *const b::ib_send_wr,
+    bad_wr: *mut *const b::ib_send_wr,
+) -> i32 {
+    if !wr.is_null() {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller passes a writable `bad_wr` slot.
+            unsafe { *bad_wr = wr };
+        }
+        return crate::ib::eopnotsupp().to_errno();
+    }
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
+        T::post_send(d, data)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live CQ of ours.
+unsafe extern "C" fn req_notify_cq<T: IbDriver>(cq: *mut b::ib_cq, flags: b::ib_cq_notify_flags) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
+        let solicited = flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK == b::ib_cq_notify_flags_IB_CQ_SOLICITED;
+        let missed = T::req_notify_cq(d, data, solicited)?;
+        let report = flags & b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0;
+        Ok(if report && missed { 1 } else { 0 })
+    })
 }
 
 /// The outcome of a route lookup for an address vector.

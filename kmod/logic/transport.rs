@@ -1787,3 +1787,62 @@ fn scatter_src<E: Env>(env: &mut E, src: &Source<'_>, n: u32, off: u64, data: &[
     r.num_sge = n;
     scatter(env, &r, off, data)
 }
+
+/// The bytes of a completion as the CQ ring holds them (`uapi::Cqe`, native endianness).
+pub fn encode_cqe(c: &Cqe) -> [u8; crate::uapi::CQE_SIZE] {
+    let mut b = [0u8; crate::uapi::CQE_SIZE];
+    let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+    put(offset_of!(Cqe, wr_id), &c.wr_id.to_ne_bytes());
+    put(offset_of!(Cqe, status), &c.status.to_ne_bytes());
+    put(offset_of!(Cqe, opcode), &c.opcode.to_ne_bytes());
+    put(offset_of!(Cqe, vendor_err), &c.vendor_err.to_ne_bytes());
+    put(offset_of!(Cqe, byte_len), &c.byte_len.to_ne_bytes());
+    put(offset_of!(Cqe, imm_data), &c.imm_data.to_ne_bytes());
+    put(offset_of!(Cqe, qp_num), &c.qp_num.to_ne_bytes());
+    put(offset_of!(Cqe, src_qp), &c.src_qp.to_ne_bytes());
+    put(offset_of!(Cqe, wc_flags), &c.wc_flags.to_ne_bytes());
+    put(offset_of!(Cqe, pkey_index), &c.pkey_index.to_ne_bytes());
+    put(offset_of!(Cqe, slid), &c.slid.to_ne_bytes());
+    put(offset_of!(Cqe, sl), &[c.sl]);
+    put(offset_of!(Cqe, dlid_path_bits), &[c.dlid_path_bits]);
+    b
+}
+
+/// The 40-byte GRH of a RoCEv2 packet from `sgid` to `dgid` carrying `roce_len` bytes of UDP
+/// payload: an IPv6 header, or for IPv4-mapped GIDs 20 zero bytes then an IPv4 header (the
+/// layout libibverbs' `ibv_init_ah_from_wc` expects).
+pub fn make_grh(sgid: [u8; 16], dgid: [u8; 16], tclass: u8, hop_limit: u8, flow_label: u32, roce_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = roce_len + 8;
+    match (crate::logic::roce::gid_to_addr(sgid), crate::logic::roce::gid_to_addr(dgid)) {
+        (crate::logic::roce::GidAddr::V4(s), crate::logic::roce::GidAddr::V4(d)) => {
+            let h = &mut g[20..];
+            h[0] = 0x45;
+            h[1] = tclass;
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h[6] = 0x40;
+            h[8] = hop_limit;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s);
+            h[16..20].copy_from_slice(&d);
+            let mut sum = 0u32;
+            for i in 0..10 {
+                sum += u32::from(u16::from_be_bytes([h[2 * i], h[2 * i + 1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        _ => {
+            let w = 0x6000_0000 | (u32::from(tclass) << 20) | (flow_label & 0xf_ffff);
+            g[0..4].copy_from_slice(&w.to_be_bytes());
+            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = hop_limit;
+            g[8..24].copy_from_slice(&sgid);
+            g[24..40].copy_from_slice(&dgid);
+        }
+    }
+    g
+}

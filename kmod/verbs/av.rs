@@ -13,8 +13,9 @@ pub(crate) struct Path {
     /// The hop limit to send with (the caller's, or the route's when the caller gave 0).
     pub(crate) hop_limit: u8,
     /// The UDP source port (0 for UD address handles: chosen per packet from the QPNs).
-    #[expect(dead_code, reason = "read by the transmit path (data-path issue)")]
     pub(crate) udp_sport: u16,
+    /// The destination is our own source GID: packets skip the network stack.
+    pub(crate) loopback: bool,
 }
 
 /// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a unicast
@@ -38,5 +39,5 @@ pub(crate) fn resolve(dev: &Device<Rrxe>, av: &AddressVector, qpns: Option<(u32,
         Some((l, r)) => roce::udp_sport(av.flow_label, l, r),
         None => 0,
     };
-    Ok(Path { av: *av, hop_limit, udp_sport })
+    Ok(Path { av: *av, hop_limit, udp_sport, loopback: av.dgid == sgid.gid })
 }
