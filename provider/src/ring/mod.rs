@@ -77,7 +77,7 @@ mod sq;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use core::ffi::c_int;
 use core::fmt;
