@@ -191,6 +191,7 @@ fn finish_create(
         }
     }
     RrxeQp::trace_created(what, p);
+    trace!("{what}: sq ring {:?}, rq ring {:?}", resp.sq, resp.rq);
     qp.into_raw();
     p
 }
