@@ -6,7 +6,7 @@
 //! [`context`].
 //!
 //! Layout: `abi/` declares everything shared with libibverbs and the kernel (and holds most
-//! of the `unsafe`), `device`/`context`/`pd`/`cq`/`qp`/`ah` are the thin `extern "C"` trampolines, `util` the
+//! of the `unsafe`), `device`/`context`/`pd`/`cq`/`qp`/`srq`/`ah` are the thin `extern "C"` trampolines, `util` the
 //! pure, unit-tested logic. Set `RRXE_DEBUG=1` for a trace on stderr.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -21,6 +21,7 @@ pub mod pd;
 pub mod provider;
 pub mod qp;
 pub mod ring;
+pub mod srq;
 pub mod util;
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use core::ffi::CStr;
 use rrxe_uapi::{SYSFS_UABI_ATTR, UVERBS_ABI_VERSION};
 
 use crate::abi::{verbs_context_ops, verbs_device_ops, verbs_match_ent};
-use crate::{ah, context, cq, device, pd, qp};
+use crate::{ah, context, cq, device, pd, qp, srq};
 
 /// [`SYSFS_UABI_ATTR`] as a C string (checked equal below).
 pub const UABI_ATTR: &CStr = c"rrxe_uabi";
@@ -44,8 +44,9 @@ pub static RRXE_DEVICE_OPS: verbs_device_ops = verbs_device_ops {
     uninit_device: Some(device::uninit_device),
 };
 
-/// The context verbs. Entries left `None` keep libibverbs' dummy (`EOPNOTSUPP`); see
-/// README.md for why `post_send`/`post_recv`, `create_cq_ex` and the rest are among them.
+/// The context verbs. Entries left `None` keep libibverbs' dummy (`EOPNOTSUPP`; `cq_event`'s
+/// dummy does nothing, which is all a provider without per-CQ event state needs); see
+/// README.md for why `create_cq_ex`, `create_srq_ex` and the rest are among them.
 ///
 /// `poll_cq` must never be left to the dummy while CQs can be created: the dummy returns 95,
 /// which callers read as "95 completions".
@@ -55,17 +56,24 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     create_cq: Some(cq::create_cq),
     create_qp: Some(qp::create_qp),
     create_qp_ex: Some(qp::create_qp_ex),
+    create_srq: Some(srq::create_srq),
     dealloc_pd: Some(pd::dealloc_pd),
     dereg_mr: Some(pd::dereg_mr),
     destroy_ah: Some(ah::destroy_ah),
     destroy_cq: Some(cq::destroy_cq),
     destroy_qp: Some(qp::destroy_qp),
+    destroy_srq: Some(srq::destroy_srq),
     free_context: Some(context::free_context),
     modify_qp: Some(qp::modify_qp),
+    modify_srq: Some(srq::modify_srq),
     poll_cq: Some(cq::poll_cq),
+    post_recv: Some(qp::post_recv),
+    post_send: Some(qp::post_send),
+    post_srq_recv: Some(srq::post_srq_recv),
     query_device_ex: Some(context::query_device_ex),
     query_port: Some(context::query_port),
     query_qp: Some(qp::query_qp),
+    query_srq: Some(srq::query_srq),
     reg_mr: Some(pd::reg_mr),
     req_notify_cq: Some(cq::req_notify_cq),
     resize_cq: Some(cq::resize_cq),

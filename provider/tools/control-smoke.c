@@ -132,7 +132,47 @@ int main(int argc, char **argv)
 		struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND },
 				   *bad_wr = NULL;
 		r = ibv_post_send(qp, &wr, &bad_wr);
-		CHECK(r == EOPNOTSUPP, "post_send = %d (not yet: rings)", r);
+		CHECK(r == EINVAL && bad_wr == &wr, "post_send before RTS = %d (EINVAL, bad_wr set)", r);
+		/* INIT takes receives: into the ring (0), or EOPNOTSUPP from a kernel without one. */
+		struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 },
+				   *bad_rwr = NULL;
+		r = ibv_post_recv(qp, &rwr, &bad_rwr);
+		CHECK(r == 0 || (r == EOPNOTSUPP && bad_rwr == &rwr), "post_recv in INIT = %d", r);
+	}
+
+	/* SRQ: created with a ring, or refused cleanly by a kernel without SRQs. */
+	struct ibv_srq_init_attr sia = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	CHECK(srq || errno == EOPNOTSUPP || errno == ENOSYS, "create_srq = %p errno %d",
+	      (void *)srq, srq ? 0 : errno);
+	struct ibv_qp *sqp = NULL;
+	if (srq) {
+		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 },
+				   *bad_rwr = NULL;
+		r = ibv_post_srq_recv(srq, &rwr, &bad_rwr);
+		CHECK(r == 0, "post_srq_recv = %d", r);
+		struct ibv_srq_attr sa;
+		r = ibv_query_srq(srq, &sa);
+		CHECK(r == 0, "query_srq = %d max_wr %u", r, sa.max_wr);
+		sa.srq_limit = 1;
+		r = ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT);
+		CHECK(r == 0, "modify_srq(LIMIT) = %d", r);
+		struct ibv_qp_init_attr a = {
+			.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 8, .max_send_sge = 1 },
+		};
+		sqp = ibv_create_qp(pd, &a);
+		CHECK(sqp, "create_qp on the SRQ errno %d", sqp ? 0 : errno);
+		if (sqp) {
+			struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+			r = ibv_modify_qp(sqp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+							    IBV_QP_ACCESS_FLAGS);
+			CHECK(r == 0, "modify_qp (SRQ QP) RESET->INIT = %d", r);
+			bad_rwr = NULL;
+			r = ibv_post_recv(sqp, &rwr, &bad_rwr);
+			CHECK(r == EINVAL && bad_rwr == &rwr, "post_recv on an SRQ QP = %d (EINVAL)", r);
+		}
 	}
 
 	/* An AH to our own GID (RoCE: the kernel resolves the MAC). */
@@ -160,6 +200,10 @@ int main(int argc, char **argv)
 
 	if (ah)
 		CHECK(!ibv_destroy_ah(ah), "destroy_ah");
+	if (sqp)
+		CHECK(!ibv_destroy_qp(sqp), "destroy_qp on the SRQ");
+	if (srq)
+		CHECK(!ibv_destroy_srq(srq), "destroy_srq");
 	if (qpx)
 		CHECK(!ibv_destroy_qp(qpx), "destroy_qp (ex)");
 	if (ud)

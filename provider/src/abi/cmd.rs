@@ -112,9 +112,8 @@ declare_drv_cmd! {
         AllocUcontextCmd, AllocUcontextResp
 }
 
-/// rdma-core's `struct empty {}`: a driver part of zero bytes. The control-path objects carry
-/// no driver-private udata yet (the kernel sees `inlen == outlen == 0`); the shared-memory
-/// rings will replace `Empty` with their `mminfo` payloads here.
+/// rdma-core's `struct empty {}`: a driver part of zero bytes (the kernel sees a udata length
+/// of 0 on that side).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Empty {}
@@ -148,23 +147,30 @@ declare_drv_cmd! {
 declare_drv_cmd! {
     rrxe_create_qp, rrxe_create_qp_resp =
         ibv_create_qp, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, 4;
-        Empty, Empty
+        Empty, rrxe_uapi::CreateQpResp
 }
 
 declare_drv_cmd! {
     rrxe_create_qp_ex, rrxe_create_qp_ex_resp =
         ibv_create_qp_ex, ib_uverbs_ex_create_qp, ib_uverbs_ex_create_qp_resp, 8;
-        Empty, Empty
+        Empty, rrxe_uapi::CreateQpResp
 }
 
 declare_drv_cmd! {
     rrxe_create_ah, rrxe_create_ah_resp =
         ibv_create_ah, ib_uverbs_create_ah, ib_uverbs_create_ah_resp, 4;
-        Empty, Empty
+        Empty, rrxe_uapi::CreateAhResp
+}
+
+declare_drv_cmd! {
+    rrxe_create_srq, rrxe_create_srq_resp =
+        ibv_create_srq, ib_uverbs_create_srq, ib_uverbs_create_srq_resp, 4;
+        Empty, rrxe_uapi::CreateSrqResp
 }
 
 /// The driver udata lengths (bytes) the kernel sees for each rrxe command: `(name, inlen,
-/// outlen)`. All control-path objects are zero-length for now; see README.md.
+/// outlen)`. No command carries driver input beyond GET_CONTEXT; the ring-backed objects (CQ,
+/// QP, SRQ) and AHs carry their driver response; see README.md.
 pub const DRV_UDATA_LENS: &[(&str, usize, usize)] = &[
     rrxe_get_context::UDATA_LENS,
     rrxe_alloc_pd::UDATA_LENS,
@@ -174,6 +180,7 @@ pub const DRV_UDATA_LENS: &[(&str, usize, usize)] = &[
     rrxe_create_qp::UDATA_LENS,
     rrxe_create_qp_ex::UDATA_LENS,
     rrxe_create_ah::UDATA_LENS,
+    rrxe_create_srq::UDATA_LENS,
 ];
 
 // The udata sizes the kernel sees for GET_CONTEXT (inlen / outlen); see README.md.

@@ -134,7 +134,7 @@ fn context_ops_are_the_76_v44_entries_in_order() {
 /// the intended trampoline.
 #[test]
 fn rrxe_ops_table_fills_exactly_the_intended_slots() {
-    use crate::{ah, context, cq, pd, qp};
+    use crate::{ah, context, cq, pd, qp, srq};
     let table = &crate::provider::RRXE_CTX_OPS;
     // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
@@ -145,20 +145,27 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
         ("create_cq", cq::create_cq as *const () as usize),
         ("create_qp", qp::create_qp as *const () as usize),
         ("create_qp_ex", qp::create_qp_ex as *const () as usize),
+        ("create_srq", srq::create_srq as *const () as usize),
         ("dealloc_pd", pd::dealloc_pd as *const () as usize),
         ("dereg_mr", pd::dereg_mr as *const () as usize),
         ("destroy_ah", ah::destroy_ah as *const () as usize),
         ("destroy_cq", cq::destroy_cq as *const () as usize),
         ("destroy_qp", qp::destroy_qp as *const () as usize),
+        ("destroy_srq", srq::destroy_srq as *const () as usize),
         ("free_context", context::free_context as *const () as usize),
         ("modify_qp", qp::modify_qp as *const () as usize),
+        ("modify_srq", srq::modify_srq as *const () as usize),
         ("poll_cq", cq::poll_cq as *const () as usize),
+        ("post_recv", qp::post_recv as *const () as usize),
+        ("post_send", qp::post_send as *const () as usize),
+        ("post_srq_recv", srq::post_srq_recv as *const () as usize),
         (
             "query_device_ex",
             context::query_device_ex as *const () as usize,
         ),
         ("query_port", context::query_port as *const () as usize),
         ("query_qp", qp::query_qp as *const () as usize),
+        ("query_srq", srq::query_srq as *const () as usize),
         ("reg_mr", pd::reg_mr as *const () as usize),
         ("req_notify_cq", cq::req_notify_cq as *const () as usize),
         ("resize_cq", cq::resize_cq as *const () as usize),
@@ -172,10 +179,10 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
     assert_eq!(set, expected);
     // Never the dummy while CQs exist (it returns 95 = "95 completions").
     assert!(table.create_cq.is_some() && table.poll_cq.is_some());
-    // Left to libibverbs' EOPNOTSUPP dummies until the rings exist (README.md): the data path,
-    // and create_cq_ex (its ibv_cq_ex poll callbacks would be NULL).
-    assert!(table.post_send.is_none() && table.post_recv.is_none());
-    assert!(table.create_cq_ex.is_none() && table.post_srq_recv.is_none());
+    // Left to libibverbs' dummies (README.md): create_cq_ex (its ibv_cq_ex poll callbacks
+    // would be NULL), create_srq_ex (XRC/TM), and cq_event (a no-op is what rrxe needs).
+    assert!(table.create_cq_ex.is_none() && table.create_srq_ex.is_none());
+    assert!(table.cq_event.is_none());
 }
 
 #[test]
@@ -214,21 +221,33 @@ fn driver_command_udata_sizes() {
 }
 
 #[test]
-fn control_path_commands_carry_only_the_defined_driver_udata() {
-    // (name, inlen, outlen) as the kernel sees them: GET_CONTEXT's uABI exchange and the CQ
-    // ring announcement; nothing else carries driver data so far.
-    for &(name, inlen, outlen) in DRV_UDATA_LENS {
-        if name == "rrxe_get_context" {
-            assert_eq!((inlen, outlen), (8, 16), "{name}");
-        } else if name == "rrxe_create_cq" || name == "rrxe_resize_cq" {
-            assert_eq!((inlen, outlen), (0, size_of::<rrxe_uapi::CreateCqResp>()), "{name}");
-        } else {
-            assert_eq!((inlen, outlen), (0, 0), "{name}");
-        }
-    }
-    assert_eq!(DRV_UDATA_LENS.len(), 8);
-    // The buffers handed to libibverbs are exactly its legacy structs (fact-sheet sizes).
+fn commands_carry_only_the_defined_driver_udata() {
     use core::mem::size_of;
+    use rrxe_uapi::{CreateAhResp, CreateCqResp, CreateQpResp, CreateSrqResp};
+    // (name, inlen, outlen) as the kernel sees them: GET_CONTEXT's uABI exchange, the ring
+    // announcements of CQ/QP/SRQ and the AH number; no other driver data.
+    let expected: &[(&str, usize, usize)] = &[
+        ("rrxe_get_context", 8, 16),
+        ("rrxe_alloc_pd", 0, 0),
+        ("rrxe_reg_mr", 0, 0),
+        ("rrxe_create_cq", 0, size_of::<CreateCqResp>()),
+        ("rrxe_resize_cq", 0, size_of::<CreateCqResp>()),
+        ("rrxe_create_qp", 0, size_of::<CreateQpResp>()),
+        ("rrxe_create_qp_ex", 0, size_of::<CreateQpResp>()),
+        ("rrxe_create_ah", 0, size_of::<CreateAhResp>()),
+        ("rrxe_create_srq", 0, size_of::<CreateSrqResp>()),
+    ];
+    assert_eq!(DRV_UDATA_LENS, expected);
+    assert_eq!(
+        (size_of::<CreateCqResp>(), size_of::<CreateQpResp>()),
+        (24, 48)
+    );
+    assert_eq!(
+        (size_of::<CreateAhResp>(), size_of::<CreateSrqResp>()),
+        (8, 24)
+    );
+    // The buffers handed to libibverbs: its legacy structs (fact-sheet sizes) plus the driver
+    // parts, with no padding in between.
     assert_eq!(size_of::<rrxe_alloc_pd>(), 16);
     assert_eq!(size_of::<rrxe_alloc_pd_resp>(), 4);
     assert_eq!(size_of::<rrxe_reg_mr>(), 48);
@@ -238,12 +257,21 @@ fn control_path_commands_carry_only_the_defined_driver_udata() {
     assert_eq!(size_of::<rrxe_resize_cq>(), 24);
     assert_eq!(size_of::<rrxe_resize_cq_resp>(), 32);
     assert_eq!(size_of::<rrxe_create_qp>(), 64);
-    assert_eq!(size_of::<rrxe_create_qp_resp>(), 32);
+    assert_eq!(size_of::<rrxe_create_qp_resp>(), 32 + 48);
     assert_eq!(size_of::<rrxe_create_qp_ex>(), 88);
-    assert_eq!(size_of::<rrxe_create_qp_ex_resp>(), 40);
-    assert_eq!(size_of::<rrxe_create_ah_resp>(), 4);
+    assert_eq!(size_of::<rrxe_create_qp_ex_resp>(), 40 + 48);
+    assert_eq!(size_of::<rrxe_create_ah_resp>(), 4 + 8);
+    assert_eq!(size_of::<rrxe_create_srq>(), 40);
+    assert_eq!(size_of::<rrxe_create_srq_resp>(), 16 + 24);
     assert_eq!(size_of::<ibv_modify_qp>(), 120);
     assert_eq!(size_of::<ibv_query_qp>(), 24);
+    assert_eq!(size_of::<ibv_modify_srq>(), 24);
+    assert_eq!(size_of::<ibv_query_srq>(), 24);
+    // The send doorbell (`ibv_cmd_post_send(qp, NULL, ..)`): a 32-byte POST_SEND request
+    // with wqe_size = sizeof(struct ib_uverbs_send_wr) and a 4-byte response.
+    assert_eq!(size_of::<ibv_post_send>(), 32);
+    assert_eq!(size_of::<ib_uverbs_send_wr>(), 56);
+    assert_eq!(size_of::<ib_uverbs_post_send_resp>(), 4);
 }
 
 #[test]
@@ -253,8 +281,14 @@ fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
     assert_eq!(size_of::<crate::pd::RrxeMr>(), 56);
     // verbs_cq (288) plus the ring pointer.
     assert_eq!(size_of::<crate::cq::RrxeCq>(), 296);
-    assert_eq!(size_of::<crate::qp::RrxeQp>(), 368);
-    assert_eq!(size_of::<crate::ah::RrxeAh>(), size_of::<ibv_ah>());
+    // verbs_qp (368) plus the two ring pointers.
+    assert_eq!(size_of::<crate::qp::RrxeQp>(), 368 + 16);
+    assert_eq!(offset_of!(crate::qp::RrxeQp, sq), 368);
+    // verbs_srq (160) plus the ring pointer.
+    assert_eq!(size_of::<verbs_srq>(), 160);
+    assert_eq!(size_of::<crate::srq::RrxeSrq>(), 168);
+    // ibv_ah (24), then ah_num.
+    assert_eq!(offset_of!(crate::ah::RrxeAh, ah_num), size_of::<ibv_ah>());
     assert_eq!(offset_of!(verbs_qp, comp_mask), 352);
     assert_eq!(offset_of!(verbs_mr, mr_type), 48);
 }

@@ -12,8 +12,9 @@
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::cmd::{
-    ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_create_qp_ex, ibv_get_context, ibv_modify_qp,
-    ibv_query_port, ibv_query_qp, ibv_reg_mr, ibv_resize_cq,
+    ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_create_qp_ex, ibv_create_srq, ibv_get_context,
+    ibv_modify_qp, ibv_modify_srq, ibv_query_port, ibv_query_qp, ibv_query_srq, ibv_reg_mr,
+    ibv_resize_cq,
 };
 use super::sys::*;
 
@@ -495,6 +496,51 @@ unsafe extern "C" {
 
     /// `AH_DESTROY` (ioctl, falling back to `DESTROY_AH`).
     pub fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
+
+    /// `POST_SEND` (write() or ioctl `INVOKE_WRITE`, no udata): copies the WR list into one
+    /// command (`struct ibv_post_send`, then `wr_count` `struct ib_uverbs_send_wr`s, then
+    /// `sge_count` SGEs) with `wqe_size = sizeof(struct ib_uverbs_send_wr)`. With `wr == NULL`
+    /// that is `wr_count == sge_count == 0`: rrxe's send doorbell. On failure `*bad_wr` is set
+    /// (to `wr`, i.e. NULL for the doorbell).
+    pub fn ibv_cmd_post_send(
+        qp: *mut ibv_qp,
+        wr: *mut ibv_send_wr,
+        bad_wr: *mut *mut ibv_send_wr,
+    ) -> c_int;
+
+    /// `SRQ_CREATE` (ioctl, falling back to `CREATE_SRQ`). Sets `srq->{context,handle}`,
+    /// initialises its mutex/cond and writes the kernel's `max_wr`/`max_sge` back to
+    /// `attr->attr`.
+    pub fn ibv_cmd_create_srq(
+        pd: *mut ibv_pd,
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_init_attr,
+        cmd: *mut ibv_create_srq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_srq_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `MODIFY_SRQ` (write() or ioctl `INVOKE_WRITE`).
+    pub fn ibv_cmd_modify_srq(
+        srq: *mut ibv_srq,
+        srq_attr: *mut ibv_srq_attr,
+        srq_attr_mask: c_int,
+        cmd: *mut ibv_modify_srq,
+        cmd_size: usize,
+    ) -> c_int;
+
+    /// `QUERY_SRQ` (write() or ioctl `INVOKE_WRITE`); fills `srq_attr`.
+    pub fn ibv_cmd_query_srq(
+        srq: *mut ibv_srq,
+        srq_attr: *mut ibv_srq_attr,
+        cmd: *mut ibv_query_srq,
+        cmd_size: usize,
+    ) -> c_int;
+
+    /// `SRQ_DESTROY` (ioctl, falling back to `DESTROY_SRQ`); then waits until the application
+    /// has acknowledged every async event reported for the SRQ.
+    pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
 
     /// Reads `<ibdev_path>/<printf(fnfmt, ...)>` into `buf`, strips one trailing newline and
     /// NUL-terminates. Returns the length, or -1.

@@ -1,4 +1,5 @@
-//! The provider half of the data path's shared-memory queues (not yet wired into the verbs).
+//! The provider half of the data path's shared-memory queues (wired into the verbs by `cq`, `qp`
+//! and `srq`).
 //!
 //! Every queue is one mapping laid out as in `rrxe_uapi`: a
 //! [`RingHeader`](rrxe_uapi::RingHeader) (producer index on cache line 0, consumer index on line 1, geometry and flags on line 2), then `slots` slots of
@@ -77,7 +78,7 @@ mod sq;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use core::ffi::c_int;
 use core::fmt;

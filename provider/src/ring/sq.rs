@@ -30,7 +30,11 @@ pub struct SqCaps {
 pub trait SendHooks {
     /// The [`rrxe_uapi::CreateAhResp::ah_num`] of a UD WR's address handle, or `None` (NULL
     /// or not an AH of this provider): the WR then fails with `EINVAL`.
-    fn ah_num(&mut self, ah: *mut ibv_ah) -> Option<u32>;
+    ///
+    /// # Safety
+    /// `ah` is the `wr.ud.ah` of a WR being posted: NULL or a live `ibv_ah` (the
+    /// `ibv_post_send` contract), which the implementation may read.
+    unsafe fn ah_num(&mut self, ah: *mut ibv_ah) -> Option<u32>;
 
     /// Tells the kernel the ring has new WQEs: `write()` of `IB_USER_VERBS_CMD_POST_SEND` with
     /// `wr_count == 0`. Returns 0 or a positive errno. Called at most once per `post_send`,
@@ -254,8 +258,9 @@ impl SqRing {
                 // SAFETY: a union of plain structs (pointers and integers); any bits are
                 // valid, and the AH pointer is only passed to `hooks`, never dereferenced here.
                 let ud = unsafe { w.wr.ud };
-                hdr.ah_num = hooks
-                    .ah_num(ud.ah)
+                // SAFETY: `w` is a WR of the list being posted on a UD QP, so `ud.ah` is NULL
+                // or a live AH (this function's contract).
+                hdr.ah_num = unsafe { hooks.ah_num(ud.ah) }
                     .ok_or(RingError::Invalid("UD WR without a valid AH"))?;
                 hdr.remote_qpn = ud.remote_qpn;
                 hdr.remote_qkey = ud.remote_qkey;

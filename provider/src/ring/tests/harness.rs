@@ -619,7 +619,7 @@ pub struct Hooks {
 }
 
 impl SendHooks for Hooks {
-    fn ah_num(&mut self, ah: *mut ibv_ah) -> Option<u32> {
+    unsafe fn ah_num(&mut self, ah: *mut ibv_ah) -> Option<u32> {
         let a = ah.addr().checked_sub(0x10_0000)?;
         let n = u32::try_from(a / 0x40).ok()?;
         (a % 0x40 == 0 && n < FOREIGN_AH).then_some(n)

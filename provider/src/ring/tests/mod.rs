@@ -3,7 +3,7 @@
 
 mod construct_tests;
 mod cq_tests;
-mod harness;
+pub(crate) mod harness;
 mod proptests;
 mod protocol_model;
 mod rq_tests;

@@ -82,7 +82,7 @@ struct BellHooks<'a> {
 }
 
 impl SendHooks for BellHooks<'_> {
-    fn ah_num(&mut self, _: *mut ibv_ah) -> Option<u32> {
+    unsafe fn ah_num(&mut self, _: *mut ibv_ah) -> Option<u32> {
         None
     }
 
