@@ -48,60 +48,60 @@ impl RxTable {
         Ok(RxTable(raw))
     }
 
-    fn inner(&self) -> &Inner {
-        // SAFETY: by the type invariant the table lives as long as `self`.
-        unsafe { &*self.0 }
-    }
-
-    /// Makes `fabric` reachable for packets arriving on the netdev with `key`.
-    pub(crate) fn add(&self, key: usize, fabric: Arc<Fabric>) -> Result {
-        let mut entry = KVec::with_capacity(1, GFP_KERNEL)?;
-        entry.push((key, fabric), GFP_KERNEL)?;
-        super::bh::with_bh_disabled(|| {
-            let mut l = self.inner().list.lock();
-            l.retain(|(k, _)| *k != key);
-            // Reserved above, so this cannot need to allocate in atomic context... except that
-            // growing the list may; GFP_ATOMIC covers that.
-            if let Some(e) = entry.pop() {
-                l.push(e, GFP_ATOMIC)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Forgets the netdev with `key`. Receive callbacks that already found it finish with
-    /// their own reference.
-    pub(crate) fn remove(&self, key: usize) {
-        let mut removed = KVec::new();
-        super::bh::with_bh_disabled(|| {
-            let mut l = self.inner().list.lock();
-            let mut i = 0;
-            while i < l.len() {
-                if l[i].0 == key {
-                    let e = l.swap_remove(i);
-                    // Dropped outside the lock (and outside the BH-disabled section).
-                    let _ = removed.push(e, GFP_ATOMIC);
-                } else {
-                    i += 1;
-                }
-            }
-        });
-        drop(removed);
-    }
 }
 
-/// Finds the fabric bound to the netdev with `key`. Call with bottom halves disabled (softirq
-/// context qualifies).
+/// Runs `f` on the published table, if any. Bottom halves are disabled around it.
+fn with_table<R>(f: impl FnOnce(&Inner) -> R) -> Option<R> {
+    super::bh::with_bh_disabled(|| {
+        let p = TABLE.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a published table is freed only after being unpublished and an RCU grace
+        // period; bottom halves are disabled here, which is an RCU read-side section.
+        Some(f(unsafe { &*p }))
+    })
+}
+
+/// Makes `fabric` reachable for packets arriving on the netdev with `key` (process context).
+pub(crate) fn add(key: usize, fabric: Arc<Fabric>) -> Result {
+    let mut l = KVec::with_capacity(1, GFP_KERNEL)?;
+    l.push((key, fabric), GFP_KERNEL)?;
+    with_table(|t| {
+        let mut list = t.list.lock();
+        let e = l.pop().ok_or(EINVAL)?;
+        list.push(e, GFP_ATOMIC).map_err(Error::from)
+    })
+    .unwrap_or(Err(ENODEV))
+}
+
+/// Forgets the netdev with `key` and waits until no receive callback still uses its fabric.
+pub(crate) fn remove(key: usize) {
+    let mut removed: KVec<Arc<Fabric>> = KVec::new();
+    let _ = with_table(|t| {
+        let mut list = t.list.lock();
+        let mut i = 0;
+        while i < list.len() {
+            if list[i].0 == key {
+                let (_, f) = list.swap_remove(i);
+                if let Err(e) = removed.push(f, GFP_ATOMIC) {
+                    // Never dropped here: leak the reference rather than free in this context.
+                    core::mem::forget(e);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    });
+    super::bh::synchronize_rcu();
+    drop(removed);
+}
+
+/// Finds the fabric bound to the netdev with `key` (any context). The reference must be dropped
+/// before bottom halves are enabled again (the receive path does), so that [`remove`] can wait
+/// for it.
 pub(crate) fn lookup(key: usize) -> Option<Arc<Fabric>> {
-    let p = TABLE.load(Ordering::Acquire);
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: a published table is freed only after being unpublished and an RCU grace period;
-    // the caller runs with bottom halves disabled, which is an RCU read-side section.
-    let t = unsafe { &*p };
-    let l = t.list.lock();
-    l.iter().find(|(k, _)| *k == key).map(|(_, f)| f.clone())
+    with_table(|t| t.list.lock().iter().find(|(k, _)| *k == key).map(|(_, f)| f.clone())).flatten()
 }
 
 impl Drop for RxTable {

@@ -1,22 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Completion queues. A user CQ gets a completion ring shared with the provider (geometry in
-//! `uapi`: a [`uapi::RingHeader`] then power-of-two slots of [`uapi::Cqe`]).
+//! `uapi`: a [`uapi::RingHeader`] then power-of-two slots of [`uapi::Cqe`]); the data path
+//! writes completions into it ([`super::dp::CqInner`]).
 
-use super::device::{Rrxe, RrxeDev};
-use crate::ib::{device::Device, objects::CqInit, ring::SharedRing, udata::Udata};
+use super::{
+    device::{Rrxe, RrxeDev},
+    dp::CqInner,
+};
+use crate::ib::{
+    device::Device,
+    objects::{CqInit, CqRef},
+    ring::SharedRing,
+    udata::Udata,
+};
 use crate::logic::limits as lim;
 use crate::uapi;
-use core::mem::offset_of;
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use core::{
+    mem::offset_of,
+    sync::atomic::{AtomicU32, Ordering},
+};
+use kernel::{prelude::*, sync::Arc};
 
 /// A completion queue.
 pub(crate) struct RrxeCq {
-    state: Pin<KBox<Mutex<CqState>>>,
-}
-
-struct CqState {
-    cqe: u32,
-    ring: Option<SharedRing>,
+    pub(crate) inner: Arc<CqInner>,
+    cqe: AtomicU32,
 }
 
 fn check_cqe(cqe: u32) -> Result<u32> {
@@ -27,7 +35,7 @@ fn check_cqe(cqe: u32) -> Result<u32> {
 }
 
 /// A completion ring for `cqe` entries, announced to the provider through `udata`.
-fn new_ring(udata: &Udata, cqe: u32) -> Result<SharedRing> {
+fn new_ring(udata: &Udata, cqe: u32) -> Result<(SharedRing, u32)> {
     let slots = uapi::cq_ring_slots(cqe);
     let ring = SharedRing::new(udata, uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE))?;
     ring.store_release(offset_of!(uapi::RingHeader, log2_slots), slots.trailing_zeros());
@@ -35,10 +43,10 @@ fn new_ring(udata: &Udata, cqe: u32) -> Result<SharedRing> {
     udata.respond(&uapi::CreateCqResp {
         ring: uapi::RingInfo { mmap_key: ring.key(), bytes: ring.bytes() as u64, slots, slot_size: uapi::CQE_SIZE as u32 },
     })?;
-    Ok(ring)
+    Ok((ring, slots))
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>) -> Result<(RrxeCq, u32)> {
+pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>, ev: CqRef) -> Result<(RrxeCq, u32)> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -49,13 +57,16 @@ pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>) -
     if init.comp_vector >= lim::NUM_COMP_VECTORS {
         return Err(EINVAL);
     }
-    let ring = match udata {
-        Some(u) => Some(new_ring(u, cqe)?),
-        None => None,
+    let (ring, slots) = match udata {
+        Some(u) => {
+            let (r, s) = new_ring(u, cqe)?;
+            (Some(r), s)
+        }
+        None => (None, 1),
     };
-    let state = KBox::pin_init(new_mutex!(CqState { cqe, ring }, "rrxe:cq"), GFP_KERNEL)?;
+    let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL)?;
     dev.data().quota.cq.take(lim::MAX_CQ)?;
-    Ok((RrxeCq { state }, cqe))
+    Ok((RrxeCq { inner, cqe: AtomicU32::new(cqe) }, cqe))
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, _cq: &RrxeCq) {
@@ -67,11 +78,16 @@ pub(super) fn resize(_dev: &Device<Rrxe>, cq: &RrxeCq, cqe: u32, udata: Option<&
         u.expect_no_cmd()?;
     }
     let cqe = check_cqe(cqe)?;
-    let mut st = cq.state.lock();
     if let Some(u) = udata {
-        // A new ring; the old one stays mapped (if the provider still maps it) until unmapped.
-        st.ring = Some(new_ring(u, cqe)?);
+        // A new ring with the unconsumed completions moved over; the old one stays mapped (if
+        // the provider still maps it) until unmapped.
+        let (ring, slots) = new_ring(u, cqe)?;
+        cq.inner.replace_ring(ring, slots);
     }
-    st.cqe = cqe;
+    cq.cqe.store(cqe, Ordering::Relaxed);
     Ok(cqe)
+}
+
+pub(super) fn req_notify(_dev: &Device<Rrxe>, cq: &RrxeCq, solicited_only: bool) -> Result<bool> {
+    Ok(cq.inner.arm(solicited_only))
 }

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Device-level verbs: query_device, query_port, port immutables, P_Keys, user contexts.
 
-use super::{ah, cq, mr, pd, qp};
+use super::{ah, cq, dp::Fabric, mr, pd, qp, srq};
 use crate::ib::{
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
-    objects::{AddressVector, CqInit, MrArgs, MrKeys, QpInit, QpSnapshot},
+    netdev::NetDev,
+    objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef},
     udata::Udata,
 };
 use crate::logic::{idalloc::IdAlloc, limits as lim, port, qp_attr::ModifyRequest};
 use crate::uapi;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The rrxe driver.
 pub(crate) struct Rrxe;
@@ -37,6 +38,7 @@ pub(crate) struct Quotas {
     pub(crate) cq: Quota,
     pub(crate) qp: Quota,
     pub(crate) ah: Quota,
+    pub(crate) srq: Quota,
 }
 
 /// An id bitmap and its allocator.
@@ -57,8 +59,15 @@ impl Ids {
 }
 
 /// Per-device state.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct RrxeDev {
+    /// The data path's tables and transmit side, shared with the receive path.
+    pub(crate) fabric: Arc<Fabric>,
+    /// The netdev key the fabric is published under for received packets.
+    netdev_key: usize,
+    /// Address handle numbers (0 is never used).
+    #[pin]
+    ah_ids: Mutex<Ids>,
     /// The port state last reported to ib_core, so that events are sent on changes only.
     port_active: AtomicBool,
     pub(crate) quota: Quotas,
@@ -73,14 +82,37 @@ pub(crate) struct RrxeDev {
 }
 
 impl RrxeDev {
-    pub(crate) fn new(active: bool) -> impl PinInit<Self, Error> {
-        try_pin_init!(RrxeDev {
+    pub(crate) fn new(active: bool, netdev: &NetDev) -> Result<impl PinInit<Self, Error>> {
+        let fabric = Arc::pin_init(Fabric::new(netdev)?, GFP_KERNEL)?;
+        let published = fabric.clone();
+        let key = netdev.key();
+        let (ah_ids, qpns, mr_ids) = (Ids::new(1, lim::MAX_AH)?, Ids::new(2, lim::MAX_QP)?, Ids::new(1, lim::MAX_MR)?);
+        Ok(try_pin_init!(RrxeDev {
+            fabric,
+            ah_ids <- new_mutex!(ah_ids, "rrxe:ah_ids"),
             port_active: AtomicBool::new(active),
             quota: Quotas::default(),
-            qpns <- new_mutex!(Ids::new(2, lim::MAX_QP)?, "rrxe:qpns"),
-            mr_ids <- new_mutex!(Ids::new(1, lim::MAX_MR)?, "rrxe:mr_ids"),
+            qpns <- new_mutex!(qpns, "rrxe:qpns"),
+            mr_ids <- new_mutex!(mr_ids, "rrxe:mr_ids"),
             mr_key: AtomicU8::new(0),
-        }? Error)
+            // Last: once published, only `RrxeDev`'s drop unpublishes it.
+            netdev_key: {
+                crate::ib::rxtable::add(key, published)?;
+                key
+            },
+        }? Error))
+    }
+
+    pub(crate) fn alloc_ah_num(&self) -> Result<u32> {
+        let mut ids = self.ah_ids.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        alloc.alloc(bits).ok_or(ENOMEM)
+    }
+
+    pub(crate) fn free_ah_num(&self, n: u32) {
+        let mut ids = self.ah_ids.lock();
+        let Ids { alloc, bits } = &mut *ids;
+        alloc.free(bits, n);
     }
 
     /// Releases one object counted by `q`.
@@ -115,6 +147,16 @@ impl RrxeDev {
     }
 }
 
+#[pinned_drop]
+impl PinnedDrop for RrxeDev {
+    fn drop(self: Pin<&mut Self>) {
+        // No receive callback reaches the fabric after this; every QP, MR and AH is gone
+        // (ib_core destroyed them before deallocating the device), so the last reference to the
+        // fabric is ours and is dropped here, in process context.
+        crate::ib::rxtable::remove(self.netdev_key);
+    }
+}
+
 /// Per-context state (grows with the data path: mmap entries, doorbells).
 pub(crate) struct RrxeContext;
 
@@ -136,6 +178,7 @@ impl IbDriver for Rrxe {
     type Qp = qp::RrxeQp;
     type Mr = mr::RrxeMr;
     type Ah = ah::RrxeAh;
+    type Srq = srq::RrxeSrq;
 
     fn alloc_pd(dev: &Device<Self>, udata: Option<&Udata>) -> Result<Self::Pd> {
         pd::alloc(dev, udata)
@@ -145,8 +188,8 @@ impl IbDriver for Rrxe {
         pd::dealloc(dev, p)
     }
 
-    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>) -> Result<(Self::Cq, u32)> {
-        cq::create(dev, init, udata)
+    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>, ev: CqRef) -> Result<(Self::Cq, u32)> {
+        cq::create(dev, init, udata, ev)
     }
 
     fn destroy_cq(dev: &Device<Self>, c: &Self::Cq) {
@@ -157,8 +200,14 @@ impl IbDriver for Rrxe {
         cq::resize(dev, c, cqe, udata)
     }
 
-    fn create_qp(dev: &Device<Self>, p: &Self::Pd, init: &mut QpInit, udata: Option<&Udata>) -> Result<(Self::Qp, u32)> {
-        qp::create(dev, p, init, udata)
+    fn create_qp(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        init: &mut QpInit,
+        udata: Option<&Udata>,
+        links: QpLinks<'_, Self>,
+    ) -> Result<(Self::Qp, u32)> {
+        qp::create(dev, p, init, udata, links)
     }
 
     fn modify_qp(
@@ -193,6 +242,31 @@ impl IbDriver for Rrxe {
 
     fn destroy_ah(dev: &Device<Self>, a: &Self::Ah) {
         ah::destroy(dev, a)
+    }
+
+    fn create_srq(dev: &Device<Self>, p: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, ev: SrqRef)
+        -> Result<Self::Srq> {
+        srq::create(dev, p, attr, udata, ev)
+    }
+
+    fn modify_srq(dev: &Device<Self>, s: &Self::Srq, attr: &SrqAttr, mask: u32, udata: Option<&Udata>) -> Result {
+        srq::modify(dev, s, attr, mask, udata)
+    }
+
+    fn query_srq(dev: &Device<Self>, s: &Self::Srq) -> Result<SrqAttr> {
+        srq::query(dev, s)
+    }
+
+    fn destroy_srq(dev: &Device<Self>, s: &Self::Srq) {
+        srq::destroy(dev, s)
+    }
+
+    fn post_send(_dev: &Device<Self>, q: &Self::Qp) -> Result {
+        q.inner.doorbell()
+    }
+
+    fn req_notify_cq(dev: &Device<Self>, c: &Self::Cq, solicited_only: bool) -> Result<bool> {
+        cq::req_notify(dev, c, solicited_only)
     }
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr, udata: Option<&Udata>) -> Result {

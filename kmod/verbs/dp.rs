@@ -12,8 +12,10 @@
 use super::av::Path;
 use crate::ib::{
     bh::{synchronize_rcu, with_bh_disabled},
+    netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
+    udp::{LazyUdp, TxPath},
 };
 use crate::logic::{
     idalloc,
@@ -124,17 +126,48 @@ pub(crate) struct Fabric {
     #[pin]
     pub(crate) ahs: Table<AhInner>,
     pub(crate) counters: DpCounters,
-    pub(crate) tx: super::net::Tx,
+    /// The RoCEv2 socket of the netdev's namespace, opened on first use.
+    #[pin]
+    pub(crate) udp: LazyUdp,
 }
 
 impl Fabric {
-    pub(crate) fn new(tx: super::net::Tx) -> Result<impl PinInit<Self, Error>> {
+    pub(crate) fn new(netdev: &NetDev) -> Result<impl PinInit<Self, Error>> {
         let (q, m, a) = (
             Table::new(crate::logic::limits::MAX_QP + 64)?,
             Table::new(crate::logic::limits::MAX_MR + 64)?,
             Table::new(crate::logic::limits::MAX_AH + 64)?,
         );
-        Ok(try_pin_init!(Fabric { qps <- q, mrs <- m, ahs <- a, counters: DpCounters::default(), tx }? Error))
+        Ok(try_pin_init!(Fabric {
+            qps <- q,
+            mrs <- m,
+            ahs <- a,
+            counters: DpCounters::default(),
+            udp <- LazyUdp::new(netdev),
+        }? Error))
+    }
+
+    /// Opens the UDP socket if a path needs the wire (process context). `EADDRINUSE` when
+    /// another driver (rdma_rxe) holds UDP port 4791 in this namespace.
+    pub(crate) fn need_wire(&self, path: &Path) -> Result {
+        if path.loopback {
+            return Ok(());
+        }
+        self.udp.open(rx_wire)
+    }
+
+    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> Result {
+        let sgid = path.av.sgid.map(|s| s.gid).ok_or(EINVAL)?;
+        let tx = TxPath {
+            sgid,
+            dgid: path.av.dgid,
+            is_v4: matches!(roce::gid_to_addr(sgid), roce::GidAddr::V4(_)),
+            udp_sport: sport,
+            tclass: path.av.traffic_class,
+            hop_limit: path.hop_limit,
+            flow_label: path.av.flow_label,
+        };
+        self.udp.xmit(&tx, pkt)
     }
 }
 
@@ -392,23 +425,48 @@ impl QpInner {
         }? Error))
     }
 
+    /// The SRQ's SGE limit (0 without an SRQ).
+    pub(crate) fn srq_max_sge(&self) -> u32 {
+        self.srq.as_ref().map_or(0, |s| s.max_sge)
+    }
+
     /// Stops the RNR timer for good (before the QP is freed).
     pub(crate) fn shutdown(&self) {
         self.timer.shutdown_sync();
     }
 
-    /// Runs `f` on the engine with an environment, then delivers loopback packets.
-    pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&mut Eng, &mut Ctx<'_>, &mut [u8]) -> R) -> R {
+    /// Applies a committed modify_qp to the engine: configuration, path, PSNs and state.
+    pub(crate) fn apply(&self, cfg: tp::Config, path: Option<Path>, sq_psn: Option<u32>, rq_psn: Option<u32>,
+        state: Option<(QpState, bool)>) {
         with_bh_disabled(|| {
             let mut out = Outbox::new();
-            let r = {
+            {
                 let mut g = self.st.lock();
                 let d = &mut *g;
-                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut d.rq_cons };
-                f(&mut d.eng, &mut cx, &mut d.scratch)
-            };
+                d.eng.set_config(cfg);
+                if path.is_some() {
+                    d.path = path;
+                }
+                if let Some((QpState::Reset, _)) = state {
+                    Self::discard_rings(d, self);
+                }
+                let mut rq_cons = d.rq_cons;
+                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut rq_cons };
+                if let Some((s, notify)) = state {
+                    d.eng.set_state(&mut cx, s, notify);
+                }
+                d.eng.set_psns(sq_psn, rq_psn);
+                d.rq_cons = rq_cons;
+            }
             deliver(&self.fabric, &mut out);
-            r
+        });
+    }
+
+    /// State, send PSN, receive PSN and SQ-draining as the data path knows them.
+    pub(crate) fn snapshot(&self) -> (QpState, u32, u32, bool) {
+        with_bh_disabled(|| {
+            let d = self.st.lock();
+            (d.eng.state(), d.eng.sq_psn(), d.eng.rq_psn(), d.eng.sq_draining())
         })
     }
 
@@ -706,7 +764,7 @@ impl Env for Ctx<'_> {
             }
             return;
         }
-        if fab.tx.send(&path, sport, pkt).is_err() {
+        if fab.send(&path, sport, pkt).is_err() {
             bump(&fab.counters.tx_err);
         }
     }
@@ -744,7 +802,7 @@ impl Env for Ctx<'_> {
 
 /// Receive entry point for packets from the wire (softirq).
 pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
-    let Some(fabric) = crate::ib::rxtable::lookup(meta.ndev_key) else { return };
+    let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
     let grh = tp::make_grh(meta.sgid, meta.dgid, meta.tclass, meta.hop_limit, meta.flow_label, pkt.len());
     let mut out = Outbox::new();
     rx_packet(&fabric, pkt, Some(grh), &mut out);

@@ -42,7 +42,7 @@ impl LinkDriver for Links {
             uverbs_abi_ver: uapi::UVERBS_ABI_VERSION,
         };
         let active = port::port_state(netdev.link_facts()).0 == port::PortState::Active;
-        Device::<Rrxe>::register(&self.registry, ibdev_name, netdev, &id, RrxeDev::new(active)).map_err(|e| {
+        Device::<Rrxe>::register(&self.registry, ibdev_name, netdev, &id, RrxeDev::new(active, netdev)?).map_err(|e| {
             if e == EEXIST {
                 refuse(ibdev_name, netdev, link::LinkError::Exists)
             } else {

@@ -5,10 +5,12 @@ mod ah;
 mod av;
 mod cq;
 mod device;
+pub(crate) mod dp;
 mod link;
 mod mr;
 mod pd;
 mod qp;
+mod srq;
 
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;

@@ -1,27 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Memory regions over user memory.
 
-use super::{device::Rrxe, errno, pd::RrxePd};
+use super::{device::Rrxe, dp::MrInner, errno, pd::RrxePd};
 use crate::ib::{
     device::Device,
     objects::{MrArgs, MrKeys, Umem},
     udata::Udata,
 };
 use crate::logic::{idalloc, limits as lim, mr};
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
-/// A registered memory region: pinned pages plus the keys and rights that guard them.
-#[allow(dead_code)]
+/// A registered memory region: pinned pages plus the keys and rights that guard them, shared
+/// with the data path through the device's MR table.
 pub(crate) struct RrxeMr {
-    pub(crate) index: u32,
-    pub(crate) lkey: u32,
-    pub(crate) access: u32,
-    pub(crate) iova: u64,
-    pub(crate) length: u64,
-    pub(crate) umem: Umem,
+    index: u32,
 }
 
-pub(super) fn reg_user(dev: &Device<Rrxe>, _pd: &RrxePd, args: &MrArgs, udata: Option<&Udata>) -> Result<(RrxeMr, MrKeys)> {
+pub(super) fn reg_user(dev: &Device<Rrxe>, pd: &RrxePd, args: &MrArgs, udata: Option<&Udata>) -> Result<(RrxeMr, MrKeys)> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -31,12 +26,21 @@ pub(super) fn reg_user(dev: &Device<Rrxe>, _pd: &RrxePd, args: &MrArgs, udata: O
     if (umem.len() as u64) < args.length {
         return Err(EFAULT);
     }
-    let (index, key_byte) = dev.data().alloc_mr_index()?;
+    let data = dev.data();
+    let (index, key_byte) = data.alloc_mr_index()?;
     let lkey = idalloc::make_key(index, key_byte);
-    let region = RrxeMr { index, lkey, access: args.access, iova: args.iova, length: args.length, umem };
-    Ok((region, MrKeys { lkey, rkey: lkey }))
+    let inner = MrInner { key: lkey, pd: pd as *const RrxePd as usize, access: args.access, iova: args.iova, length: args.length, umem };
+    let r = Arc::new(inner, GFP_KERNEL).map_err(Error::from).and_then(|a| data.fabric.mrs.insert(index, a));
+    if let Err(e) = r {
+        data.free_mr_index(index);
+        return Err(e);
+    }
+    Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
 }
 
 pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
+    // After this no data-path access can start, and none is still running: the pages are
+    // released when the last reference (ours) goes.
+    drop(dev.data().fabric.mrs.remove_sync(region.index));
     dev.data().free_mr_index(region.index);
 }

@@ -5,24 +5,26 @@
 use super::{
     av::{self, Path},
     device::{Rrxe, RrxeDev},
+    dp::{Eng, QpInner, QpParts},
     errno,
     pd::RrxePd,
 };
 use crate::ib::{
     device::Device,
-    objects::{AddressVector, QpInit, QpSnapshot},
+    objects::{AddressVector, QpInit, QpLinks, QpSnapshot},
     ring::SharedRing,
     udata::Udata,
 };
+use crate::logic::transport::{self as tp, SqEntry};
 use crate::uapi;
 use core::mem::offset_of;
 use crate::logic::{
     limits as lim,
     port::{self, IbMtu},
     qp_attr::{self, DeviceLimits, MigState, ModifyRequest, PortInfo, QpCap},
-    qp_state::{QpCurrent, QpState, QpType},
+    qp_state::{AttrMask, QpCurrent, QpState, QpType},
 };
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The modifiable attributes of a QP, guarded by its lock.
 struct QpAttrs {
@@ -80,17 +82,37 @@ pub(crate) struct RrxeQp {
     qp_type: QpType,
     sq_sig_all: bool,
     cap: QpCap,
+    has_srq: bool,
     attrs: Pin<KBox<Mutex<QpAttrs>>>,
-    /// User QPs: the send ring (the provider produces).
-    #[expect(dead_code, reason = "drained by the requester (data-path issue)")]
-    sq: Option<SharedRing>,
-    /// User QPs without an SRQ: the receive ring.
-    #[expect(dead_code, reason = "consumed by the responder (data-path issue)")]
-    rq: Option<SharedRing>,
+    /// The data path's view (engine, rings, CQs), shared with the receive path.
+    pub(crate) inner: Arc<QpInner>,
+}
+
+/// The engine configuration for the committed attributes `a`.
+fn engine_config(qpn: u32, qp_type: QpType, sq_sig_all: bool, cap: &QpCap, has_srq: bool, srq_sge: u32, a: &QpAttrs,
+    port_mtu: IbMtu) -> tp::Config {
+    let mtu = if qp_type == QpType::Ud { port_mtu } else { a.path_mtu };
+    tp::Config {
+        qp_type,
+        qpn,
+        dest_qpn: a.dest_qp_num,
+        mtu: mtu.bytes(),
+        qkey: a.qkey,
+        access: a.access,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        rnr_retry: a.rnr_retry,
+        sq_sig_all,
+        max_send_sge: cap.max_send_sge,
+        max_inline: cap.max_inline_data,
+        max_recv_sge: if has_srq { srq_sge } else { cap.max_recv_sge },
+        has_srq,
+    }
 }
 
 /// A work-queue ring with `wr` slots of `slot_size` bytes.
-fn new_wq(udata: &Udata, wr: u32, slot_size: usize) -> Result<(SharedRing, uapi::RingInfo)> {
+pub(super) fn new_wq(udata: &Udata, wr: u32, slot_size: usize) -> Result<(SharedRing, uapi::RingInfo)> {
     let slots = wr.max(1).checked_next_power_of_two().ok_or(EINVAL)?;
     let ring = SharedRing::new(udata, uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE))?;
     ring.store_release(offset_of!(uapi::RingHeader, log2_slots), slots.trailing_zeros());
@@ -111,7 +133,17 @@ fn limits() -> DeviceLimits {
     }
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata: Option<&Udata>) -> Result<(RrxeQp, u32)> {
+fn port_mtu(dev: &Device<Rrxe>) -> IbMtu {
+    port::active_mtu_for_netdev_mtu(dev.netdev().mtu()).unwrap_or(IbMtu::Mtu256)
+}
+
+pub(super) fn create(
+    dev: &Device<Rrxe>,
+    pd: &RrxePd,
+    init: &mut QpInit,
+    udata: Option<&Udata>,
+    links: QpLinks<'_, Rrxe>,
+) -> Result<(RrxeQp, u32)> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -138,15 +170,22 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata:
         let mut resp = uapi::CreateQpResp::default();
         let c = &init.cap;
         let (ring, info) = new_wq(u, c.max_send_wr, uapi::send_slot_size(c.max_send_sge, c.max_inline_data))?;
-        sq = Some(ring);
+        sq = Some((ring, info.slots, info.slot_size as usize));
         resp.sq = info;
         if !init.has_srq {
             let (ring, info) = new_wq(u, c.max_recv_wr, uapi::recv_slot_size(c.max_recv_sge))?;
-            rq = Some(ring);
+            rq = Some((ring, info.slots, info.slot_size as usize));
             resp.rq = info;
         }
         u.respond(&resp)?;
     }
+    // The engine's private copy of the SQ has the ring's geometry.
+    let (slots, slot_size) = match &sq {
+        Some((_, n, sz)) => (*n as usize, *sz),
+        None => (1, uapi::send_slot_size(0, 0)),
+    };
+    let srq = links.srq.map(|s| s.inner.clone());
+    let srq_sge = srq.as_ref().map_or(0, |s| s.max_sge);
     let data = dev.data();
     data.quota.qp.take(lim::MAX_QP)?;
     let qpn = match data.alloc_qpn() {
@@ -156,7 +195,34 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, init: &mut QpInit, udata:
             return Err(e);
         }
     };
-    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, cap: init.cap, attrs, sq, rq };
+    let release = kernel::types::ScopeGuard::new(|| {
+        data.free_qpn(qpn);
+        RrxeDev::release(&data.quota.qp);
+    });
+    let cfg = engine_config(qpn, qp_type, init.sq_sig_all, &init.cap, init.has_srq, srq_sge, &QpAttrs::reset(), port_mtu(dev));
+    let eng = Eng::new(
+        cfg,
+        KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL)?,
+        KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL)?,
+        slot_size,
+    )
+    .ok_or(EINVAL)?;
+    let parts = QpParts {
+        qpn,
+        pd: pd as *const RrxePd as usize,
+        eng,
+        sq,
+        rq,
+        send_cq: links.send_cq.inner.clone(),
+        recv_cq: links.recv_cq.inner.clone(),
+        srq,
+        ev: links.this,
+        fabric: data.fabric.clone(),
+    };
+    let inner = Arc::pin_init(QpInner::new(parts)?, GFP_KERNEL)?;
+    data.fabric.qps.insert(qpn, inner.clone())?;
+    release.dismiss();
+    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, cap: init.cap, has_srq: init.has_srq, attrs, inner };
     Ok((qp, qpn))
 }
 
@@ -170,25 +236,33 @@ pub(super) fn modify(
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
-    let port = PortInfo {
-        pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN),
-        active_mtu: port::active_mtu_for_netdev_mtu(dev.netdev().mtu()).unwrap_or(IbMtu::Mtu256),
-    };
+    let port = PortInfo { pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN), active_mtu: port_mtu(dev) };
     let mut a = qp.attrs.lock();
+    // The data path may have moved the QP to ERR on its own (a fatal error).
+    let (dp_state, _, _, draining) = qp.inner.snapshot();
+    if dp_state == QpState::Err {
+        a.state = QpState::Err;
+    }
+    a.sq_draining = draining && a.state == QpState::Sqd;
     let cur = QpCurrent { qp_type: qp.qp_type, state: a.state, sq_draining: a.sq_draining };
     // Everything is validated before anything is written: a refused modify changes nothing.
     let v = qp_attr::validate(req, &cur, &limits(), &port).map_err(|e| errno(e.errno()))?;
     let path = match avec {
         Some(avec) => {
             let dqpn = v.dest_qp_num.unwrap_or(a.dest_qp_num);
-            Some(av::resolve(dev, avec, Some((qp.qpn, dqpn)))?)
+            let p = av::resolve(dev, avec, Some((qp.qpn, dqpn)))?;
+            dev.data().fabric.need_wire(&p)?;
+            Some(p)
         }
         None => None,
     };
 
+    let srq_sge = if qp.has_srq { qp.inner.srq_max_sge() } else { 0 };
     if v.next_state == QpState::Reset && a.state != QpState::Reset {
-        // Back to RESET: the QP is as created (its queues are emptied with the data path).
+        // Back to RESET: the QP is as created, its queues emptied.
         *a = QpAttrs::reset();
+        let cfg = engine_config(qp.qpn, qp.qp_type, qp.sq_sig_all, &qp.cap, qp.has_srq, srq_sge, &a, port.active_mtu);
+        qp.inner.apply(cfg, None, Some(0), Some(0), Some((QpState::Reset, false)));
         return Ok(());
     }
     // Commit every attribute the request carried (validated above).
@@ -226,14 +300,18 @@ pub(super) fn modify(
     if path.is_some() {
         a.path = path;
     }
-    // Entering SQD: nothing is outstanding without a data path, so draining is already done.
-    a.sq_draining = false;
+    let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
+        .then_some((v.next_state, a.en_sqd_async_notify));
     a.state = v.next_state;
+    let cfg = engine_config(qp.qpn, qp.qp_type, qp.sq_sig_all, &qp.cap, qp.has_srq, srq_sge, &a, port.active_mtu);
+    qp.inner.apply(cfg, path, v.sq_psn.map(|p| p.get()), v.rq_psn.map(|p| p.get()), state_change);
     Ok(())
 }
 
 pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
     let a = qp.attrs.lock();
+    let (state, sq_psn, rq_psn, draining) = qp.inner.snapshot();
+    let state = if state == QpState::Err { QpState::Err } else { a.state };
     let (av, hop) = match &a.path {
         Some(p) => (p.av, p.hop_limit),
         None => (AddressVector::default(), 0),
@@ -242,20 +320,20 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
     av.hop_limit = hop;
     av.sgid = None;
     Ok(QpSnapshot {
-        qp_state: a.state.as_raw(),
-        cur_qp_state: a.state.as_raw(),
+        qp_state: state.as_raw(),
+        cur_qp_state: state.as_raw(),
         path_mtu: a.path_mtu as u32,
         path_mig_state: a.path_mig_state as u32,
         qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
+        rq_psn: if state == QpState::Reset { a.rq_psn } else { rq_psn },
+        sq_psn: if state == QpState::Reset { a.sq_psn } else { sq_psn },
         dest_qp_num: a.dest_qp_num,
         qp_access_flags: a.access,
         cap: qp.cap,
         av,
         pkey_index: a.pkey_index,
         en_sqd_async_notify: a.en_sqd_async_notify as u8,
-        sq_draining: a.sq_draining as u8,
+        sq_draining: draining as u8,
         max_rd_atomic: a.max_rd_atomic,
         max_dest_rd_atomic: a.max_dest_rd_atomic,
         min_rnr_timer: a.min_rnr_timer,
@@ -269,6 +347,10 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
+    // No packet, doorbell or timer reaches the QP after this (the table removal waits for an
+    // RCU grace period).
+    qp.inner.shutdown();
+    drop(dev.data().fabric.qps.remove_sync(qp.qpn));
     dev.data().free_qpn(qp.qpn);
     RrxeDev::release(&dev.data().quota.qp);
 }
