@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Wrappers for static inlines; see helpers.h. */
 #include <linux/if_vlan.h>
+#include <linux/bottom_half.h>
+#include <linux/jiffies.h>
+#include <net/route.h>
 #include <rdma/ib_cache.h>
 #include <rdma/uverbs_ioctl.h>
 #include "helpers.h"
@@ -57,4 +60,106 @@ bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_devi
 struct ib_ucontext *rrxe_udata_to_ucontext(struct ib_udata *udata)
 {
 	return rdma_udata_to_uverbs_attr_bundle(udata)->context;
+}
+
+void rrxe_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rrxe_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+struct page *rrxe_sg_page(struct scatterlist *sg)
+{
+	return sg_page(sg);
+}
+
+struct page *rrxe_nth_page(struct page *page, unsigned long n)
+{
+	return nth_page(page, n);
+}
+
+void *rrxe_kmap_local_page(struct page *page)
+{
+	return kmap_local_page(page);
+}
+
+void rrxe_kunmap_local(const void *addr)
+{
+	kunmap_local(addr);
+}
+
+void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *))
+{
+	timer_setup(timer, func, 0);
+}
+
+unsigned long rrxe_usecs_to_jiffies(unsigned int us)
+{
+	return usecs_to_jiffies(us);
+}
+
+unsigned long rrxe_jiffies(void)
+{
+	return READ_ONCE(jiffies);
+}
+
+/* Called from the UDP receive path, which holds the RCU read lock. */
+void *rrxe_sk_user_data(const struct sock *sk)
+{
+	return rcu_dereference_sk_user_data(sk);
+}
+
+int rrxe_skb_linearize(struct sk_buff *skb)
+{
+	return skb_linearize(skb);
+}
+
+unsigned char *rrxe_skb_network_header(const struct sk_buff *skb)
+{
+	return skb_network_header(skb);
+}
+
+void rrxe_kfree_skb(struct sk_buff *skb)
+{
+	kfree_skb(skb);
+}
+
+struct sk_buff *rrxe_alloc_skb(unsigned int size, gfp_t gfp)
+{
+	return alloc_skb(size, gfp);
+}
+
+void rrxe_skb_reserve(struct sk_buff *skb, int len)
+{
+	skb_reserve(skb, len);
+}
+
+int rrxe_ll_reserved_space(const struct net_device *dev)
+{
+	return LL_RESERVED_SPACE(dev);
+}
+
+int rrxe_ip4_dst_hoplimit(const struct dst_entry *dst)
+{
+	return ip4_dst_hoplimit(dst);
+}
+
+/*
+ * The per-namespace UDP socket registry (udp.rs) needs one statically initialised sleeping
+ * lock; the Rust kernel crate of 6.12 has no static mutex, so it is DEFINE_MUTEX here.
+ */
+static DEFINE_MUTEX(rrxe_udp_registry);
+
+void rrxe_udp_registry_lock(void)
+{
+	mutex_lock(&rrxe_udp_registry);
+}
+
+void rrxe_udp_registry_unlock(void)
+{
+	mutex_unlock(&rrxe_udp_registry);
 }

@@ -6,7 +6,12 @@
 #ifndef RRXE_HELPERS_H
 #define RRXE_HELPERS_H
 
+#include <linux/highmem.h>
 #include <linux/netdevice.h>
+#include <linux/scatterlist.h>
+#include <linux/skbuff.h>
+#include <linux/timer.h>
+#include <net/sock.h>
 #include <rdma/ib_verbs.h>
 
 void rrxe_dev_hold(struct net_device *dev);
@@ -18,5 +23,32 @@ struct net_device *rrxe_netdev_notifier_info_to_dev(const struct netdev_notifier
 struct net *rrxe_dev_net(const struct net_device *dev);
 struct ib_ucontext *rrxe_udata_to_ucontext(struct ib_udata *udata);
 bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_device *dev);
+
+/* bh.rs */
+void rrxe_local_bh_disable(void);
+void rrxe_local_bh_enable(void);
+
+/* umem.rs */
+struct page *rrxe_sg_page(struct scatterlist *sg);
+struct page *rrxe_nth_page(struct page *page, unsigned long n);
+void *rrxe_kmap_local_page(struct page *page);
+void rrxe_kunmap_local(const void *addr);
+
+/* timer.rs */
+void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
+unsigned long rrxe_usecs_to_jiffies(unsigned int us);
+unsigned long rrxe_jiffies(void);
+
+/* udp.rs */
+void *rrxe_sk_user_data(const struct sock *sk);
+int rrxe_skb_linearize(struct sk_buff *skb);
+unsigned char *rrxe_skb_network_header(const struct sk_buff *skb);
+void rrxe_kfree_skb(struct sk_buff *skb);
+struct sk_buff *rrxe_alloc_skb(unsigned int size, gfp_t gfp);
+void rrxe_skb_reserve(struct sk_buff *skb, int len);
+int rrxe_ll_reserved_space(const struct net_device *dev);
+int rrxe_ip4_dst_hoplimit(const struct dst_entry *dst);
+void rrxe_udp_registry_lock(void);
+void rrxe_udp_registry_unlock(void);
 
 #endif

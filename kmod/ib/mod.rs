@@ -7,6 +7,8 @@
 //! held) and states each rule where it is relied on (`// SAFETY:` / `// INVARIANT:`). The driver
 //! in `verbs/` is written against these types in safe Rust.
 
+#[allow(dead_code)] // used by the transport engine
+pub(crate) mod bh;
 pub(crate) mod bindings;
 pub(crate) mod device;
 pub(crate) mod link;
@@ -14,7 +16,13 @@ pub(crate) mod netdev;
 pub(crate) mod objects;
 pub(crate) mod ring;
 pub(crate) mod sysfs;
+#[allow(dead_code)] // used by the transport engine
+pub(crate) mod timer;
 pub(crate) mod udata;
+#[allow(dead_code)] // used by the transport engine
+pub(crate) mod udp;
+#[allow(dead_code)] // used by the transport engine
+pub(crate) mod umem;
 
 use kernel::error::Error;
 

@@ -189,44 +189,7 @@ pub(crate) struct QpSnapshot {
     pub(crate) sq_sig_all: bool,
 }
 
-/// Pinned user memory (`struct ib_umem`), released on drop.
-///
-/// # Invariants
-///
-/// `self.0` is a valid umem from `ib_umem_get` that this value owns.
-pub(crate) struct Umem(*mut b::ib_umem);
-
-// SAFETY: a umem may be released from any thread.
-unsafe impl Send for Umem {}
-// SAFETY: no `&self` method mutates the umem.
-unsafe impl Sync for Umem {}
-
-impl Umem {
-    /// Pins `len` bytes at user address `addr` for `access`.
-    pub(crate) fn get<T: IbDriver>(dev: &Device<T>, addr: u64, len: u64, access: i32) -> Result<Self> {
-        // SAFETY: the device is alive; `ib_umem_get` validates the user range itself.
-        let p = unsafe { b::ib_umem_get(dev.as_raw(), addr as _, len as usize, access) };
-        let e = p as isize;
-        if (-4095..0).contains(&e) {
-            return Err(Error::from_errno(e as i32));
-        }
-        // INVARIANT: a non-error pointer from `ib_umem_get` is a umem we own.
-        Ok(Umem(p))
-    }
-
-    /// Bytes pinned.
-    pub(crate) fn len(&self) -> usize {
-        // SAFETY: by the type invariant the umem is valid.
-        unsafe { (*self.0).length }
-    }
-}
-
-impl Drop for Umem {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we own the umem.
-        unsafe { b::ib_umem_release(self.0) };
-    }
-}
+pub(crate) use super::umem::Umem;
 
 /// The objects a new QP is attached to.
 pub(crate) struct QpLinks<'a, T: IbDriver> {

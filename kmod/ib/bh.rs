@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Bottom halves and RCU: the execution-context rules of the transport shell.
+//!
+//! The data path runs in two contexts: softirq (UDP receive, [`super::timer::Timer`] callbacks)
+//! and process context (verbs calls, work items). State shared between them is protected by
+//! `kernel::sync::SpinLock`, and the rule is: **process context takes such a lock only inside
+//! [`with_bh_disabled`]**. Softirq code already runs with bottom halves disabled. That way a
+//! softirq can never interrupt a lock holder on the same CPU, and lockdep sees every acquisition
+//! of a lock class in a BH-safe state (no `SOFTIRQ-safe -> SOFTIRQ-unsafe` reports). A separate
+//! `BhSpinLock<T>` type is not needed for that: the closure scopes the lock guard by
+//! construction.
+//!
+//! Do not call [`with_bh_disabled`] with hard interrupts disabled (`local_bh_enable` may run
+//! pending softirqs and warns if IRQs are off). Nesting is allowed.
+
+use super::bindings as b;
+
+/// Runs `f` with bottom halves (softirqs) disabled on this CPU (`local_bh_disable` /
+/// `local_bh_enable`), and returns its result. Pending softirqs run when it returns.
+///
+/// Callable from process context and from softirq context (where it only nests the count).
+/// `f` must not sleep.
+pub(crate) fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
+    /// Re-enables bottom halves when dropped, so a panic unwinding through `f` (the kernel does
+    /// not unwind, but the pairing is kept structural anyway) cannot leave them disabled.
+    struct Enable;
+    impl Drop for Enable {
+        fn drop(&mut self) {
+            // SAFETY: paired with the `local_bh_disable` below on the same CPU: bottom halves
+            // stay disabled, so the task cannot migrate in between.
+            unsafe { b::rrxe_local_bh_enable() };
+        }
+    }
+    // SAFETY: `local_bh_disable` may be called in any context except with hard IRQs disabled
+    // (documented precondition); it is re-enabled by `Enable` exactly once.
+    unsafe { b::rrxe_local_bh_disable() };
+    let _enable = Enable;
+    f()
+}
+
+/// Waits until every RCU read-side critical section that began before the call has ended
+/// (`synchronize_rcu`). Softirq handlers and BH-disabled regions count as such sections, so
+/// after it returns, no UDP receive callback or timer callback that could have seen an object
+/// unpublished before the call is still running. Process context only (it sleeps).
+pub(crate) fn synchronize_rcu() {
+    // SAFETY: `synchronize_rcu` has no preconditions beyond being allowed to sleep, which the
+    // documented contract of this function requires of the caller.
+    unsafe { b::synchronize_rcu() };
+}

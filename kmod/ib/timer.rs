@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A one-shot kernel timer (`struct timer_list`) calling a plain function with a context word.
+//!
+//! The callback runs in softirq context (bottom halves disabled), so it may take the data
+//! path's spinlocks directly (see [`super::bh`]) but must not sleep.
+
+use super::bindings as b;
+use core::marker::PhantomPinned;
+use kernel::{prelude::*, types::Opaque};
+
+/// A timer callback: called in softirq context with the context word given to [`Timer::new`].
+pub(crate) type TimerFn = fn(usize);
+
+/// A pinned `timer_list` that calls `func(ctx)` when it expires.
+///
+/// Safety contract: the timer is pinned for its whole life (it is linked into the timer wheel
+/// while armed). [`Timer::shutdown_sync`] (and `Drop`, which calls it) waits for a running
+/// callback to finish and disarms the timer for good: after it returns, the callback never runs
+/// again and [`Timer::arm`] does nothing. Whatever `ctx` refers to must therefore stay valid
+/// until `shutdown_sync` has returned (or the timer is dropped). `shutdown_sync` and `Drop` must
+/// be called from process context and never from the timer's own callback (they would wait for
+/// themselves).
+///
+/// # Invariants
+///
+/// `timer` was initialised by `timer_setup` with [`Timer::expired`] as its function and is not
+/// moved afterwards.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Timer {
+    #[pin]
+    timer: Opaque<b::timer_list>,
+    func: TimerFn,
+    ctx: usize,
+    #[pin]
+    _pin: PhantomPinned,
+}
+
+// SAFETY: the timer core serialises access to `timer_list`; `func` and `ctx` are plain values
+// that are never changed after initialisation.
+unsafe impl Send for Timer {}
+// SAFETY: `arm` and `shutdown_sync` may run concurrently from several CPUs: `mod_timer` and
+// `timer_shutdown_sync` take the timer base lock.
+unsafe impl Sync for Timer {}
+
+impl Timer {
+    /// A disarmed timer that will call `func(ctx)`.
+    pub(crate) fn new(func: TimerFn, ctx: usize) -> impl PinInit<Self> {
+        pin_init!(Self {
+            func,
+            ctx,
+            _pin: PhantomPinned,
+            timer <- Opaque::ffi_init(|t: *mut b::timer_list| {
+                // SAFETY: `t` points to writable, pinned storage for a `timer_list`;
+                // `timer_setup` initialises all of it.
+                unsafe { b::rrxe_timer_setup(t, Some(Self::expired)) };
+            }),
+        })
+    }
+
+    /// Arms (or re-arms) the timer to fire about `delay_us` microseconds from now, rounded up to
+    /// the next jiffy (`mod_timer` semantics: a pending expiry is replaced). Callable from any
+    /// context, including softirq and the timer's own callback. Does nothing after
+    /// [`Timer::shutdown_sync`].
+    pub(crate) fn arm(&self, delay_us: u32) {
+        // SAFETY: by the type invariant the timer is initialised and pinned; `mod_timer` may be
+        // called from any context, and on a shut-down timer it does nothing.
+        unsafe {
+            let expires = b::rrxe_jiffies().wrapping_add(b::rrxe_usecs_to_jiffies(delay_us));
+            b::mod_timer(self.timer.get(), expires);
+        }
+    }
+
+    /// Disarms the timer permanently and waits for a running callback to return
+    /// (`timer_shutdown_sync`). Afterwards the callback never runs again, and [`Timer::arm`]
+    /// is a no-op. Process context only; never from the callback itself. Idempotent.
+    pub(crate) fn shutdown_sync(&self) {
+        // SAFETY: by the type invariant the timer is initialised and pinned; the caller is in
+        // process context and not in the callback (documented contract).
+        unsafe { b::timer_shutdown_sync(self.timer.get()) };
+    }
+
+    /// # Safety
+    ///
+    /// Called by the timer core with `t` the `timer` field of a live [`Timer`] (it is only ever
+    /// armed from there and shut down before the `Timer` is freed).
+    unsafe extern "C" fn expired(t: *mut b::timer_list) {
+        // SAFETY: per the contract above, `t` is the `timer` field of a live `Timer`.
+        let this = unsafe { &*kernel::container_of!(t.cast::<Opaque<b::timer_list>>(), Self, timer) };
+        (this.func)(this.ctx);
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Timer {
+    fn drop(self: Pin<&mut Self>) {
+        self.shutdown_sync();
+    }
+}
