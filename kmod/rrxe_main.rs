@@ -35,15 +35,18 @@ impl Drop for Devices {
     }
 }
 
-/// Module state. Fields drop in order: no new links, then no devices, then no notifier.
+/// Module state. Fields drop in order: no new links, then no devices, then no notifier, then
+/// no receive table.
 struct RrxeModule {
     _links: LinkRegistration<Links>,
     _devices: Devices,
     _notifier: Pin<KBox<NetdevNotifier<Arc<Registry<Rrxe>>>>>,
+    _rxtable: ib::rxtable::RxTable,
 }
 
 impl kernel::Module for RrxeModule {
     fn init(module: &'static ThisModule) -> Result<Self> {
+        let rxtable = ib::rxtable::RxTable::new()?;
         let registry = Registry::<Rrxe>::new(module)?;
         let notifier = KBox::pin_init(NetdevNotifier::new(registry.clone()), GFP_KERNEL)?;
         let links = LinkRegistration::new(Arc::new(Links::new(registry.clone()), GFP_KERNEL)?)?;
@@ -52,6 +55,7 @@ impl kernel::Module for RrxeModule {
             _links: links,
             _devices: Devices(registry),
             _notifier: notifier,
+            _rxtable: rxtable,
         })
     }
 }

@@ -13,6 +13,9 @@ use kernel::prelude::*;
 mod bindings;
 #[allow(dead_code, unreachable_pub)]
 mod logic;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../uapi/src/rrxe_abi.rs"]
+mod uapi;
 
 use logic::qp_state::{transition_masks, AttrMask, QpState, QpType};
 

@@ -163,3 +163,18 @@ void rrxe_udp_registry_unlock(void)
 {
 	mutex_unlock(&rrxe_udp_registry);
 }
+
+void rrxe_skb_reset_network_header(struct sk_buff *skb)
+{
+	skb_reset_network_header(skb);
+}
+
+void rrxe_skb_reset_transport_header(struct sk_buff *skb)
+{
+	skb_reset_transport_header(skb);
+}
+
+void rrxe_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
+{
+	skb_dst_set(skb, dst);
+}

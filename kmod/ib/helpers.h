@@ -49,6 +49,9 @@ void rrxe_skb_reserve(struct sk_buff *skb, int len);
 int rrxe_ll_reserved_space(const struct net_device *dev);
 int rrxe_ip4_dst_hoplimit(const struct dst_entry *dst);
 void rrxe_udp_registry_lock(void);
+void rrxe_skb_reset_network_header(struct sk_buff *skb);
+void rrxe_skb_reset_transport_header(struct sk_buff *skb);
+void rrxe_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst);
 void rrxe_udp_registry_unlock(void);
 
 #endif

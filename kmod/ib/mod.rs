@@ -7,7 +7,6 @@
 //! held) and states each rule where it is relied on (`// SAFETY:` / `// INVARIANT:`). The driver
 //! in `verbs/` is written against these types in safe Rust.
 
-#[allow(dead_code)] // used by the transport engine
 pub(crate) mod bh;
 pub(crate) mod bindings;
 pub(crate) mod device;
@@ -15,6 +14,7 @@ pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;
 pub(crate) mod ring;
+pub(crate) mod rxtable;
 pub(crate) mod sysfs;
 #[allow(dead_code)] // used by the transport engine
 pub(crate) mod timer;

@@ -119,7 +119,6 @@ impl SharedRing {
     }
 
     /// Acquire-loads the `u32` at `off` (0 when out of bounds).
-    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
     pub(crate) fn load_acquire(&self, off: usize) -> u32 {
         self.u32_at(off).map_or(0, |a| a.load(Ordering::Acquire))
     }
@@ -133,7 +132,6 @@ impl SharedRing {
 
     /// Copies `out.len()` bytes at `off` into kernel memory (volatile reads: the user may be
     /// writing them). `EINVAL` when out of bounds.
-    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
     pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
         let end = off.checked_add(out.len()).ok_or(EINVAL)?;
         if end > self.bytes() {
@@ -147,7 +145,6 @@ impl SharedRing {
     }
 
     /// Copies `data` into the ring at `off`. `EINVAL` when out of bounds.
-    #[expect(dead_code, reason = "used by the transport engine (data-path issue)")]
     pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
         let end = off.checked_add(data.len()).ok_or(EINVAL)?;
         if end > self.bytes() {

@@ -16,7 +16,7 @@ use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 #[pin_data]
 struct Inner {
     #[pin]
-    list: SpinLock<KVec<(usize, Arc<Fabric>)>>,
+    list: SpinLock<KVec<Option<(usize, Arc<Fabric>)>>>,
 }
 
 static TABLE: AtomicPtr<Inner> = AtomicPtr::new(ptr::null_mut());
@@ -36,7 +36,7 @@ unsafe impl Sync for RxTable {}
 impl RxTable {
     /// Allocates and publishes the table (module init; one instance at a time).
     pub(crate) fn new() -> Result<Self> {
-        let b = KBox::pin_init(pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }), GFP_KERNEL)?;
+        let b = KBox::pin_init(try_pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }? Error), GFP_KERNEL)?;
         // SAFETY: the box is never moved out of: it is turned back into a `Pin<KBox>` in `drop`.
         let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(b) });
         if TABLE.compare_exchange(ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_err() {
@@ -65,35 +65,25 @@ fn with_table<R>(f: impl FnOnce(&Inner) -> R) -> Option<R> {
 
 /// Makes `fabric` reachable for packets arriving on the netdev with `key` (process context).
 pub(crate) fn add(key: usize, fabric: Arc<Fabric>) -> Result {
-    let mut l = KVec::with_capacity(1, GFP_KERNEL)?;
-    l.push((key, fabric), GFP_KERNEL)?;
     with_table(|t| {
         let mut list = t.list.lock();
-        let e = l.pop().ok_or(EINVAL)?;
-        list.push(e, GFP_ATOMIC).map_err(Error::from)
+        if let Some(slot) = list.iter_mut().find(|e| e.is_none()) {
+            *slot = Some((key, fabric));
+            return Ok(());
+        }
+        list.push(Some((key, fabric)), GFP_ATOMIC).map_err(Error::from)
     })
     .unwrap_or(Err(ENODEV))
 }
 
 /// Forgets the netdev with `key` and waits until no receive callback still uses its fabric.
 pub(crate) fn remove(key: usize) {
-    let mut removed: KVec<Arc<Fabric>> = KVec::new();
-    let _ = with_table(|t| {
+    let removed = with_table(|t| {
         let mut list = t.list.lock();
-        let mut i = 0;
-        while i < list.len() {
-            if list[i].0 == key {
-                let (_, f) = list.swap_remove(i);
-                if let Err(e) = removed.push(f, GFP_ATOMIC) {
-                    // Never dropped here: leak the reference rather than free in this context.
-                    core::mem::forget(e);
-                }
-            } else {
-                i += 1;
-            }
-        }
+        list.iter_mut().find(|e| matches!(e, Some((k, _)) if *k == key)).and_then(Option::take)
     });
     super::bh::synchronize_rcu();
+    // The table's reference, dropped in process context once no callback can use it.
     drop(removed);
 }
 
@@ -101,7 +91,7 @@ pub(crate) fn remove(key: usize) {
 /// before bottom halves are enabled again (the receive path does), so that [`remove`] can wait
 /// for it.
 pub(crate) fn lookup(key: usize) -> Option<Arc<Fabric>> {
-    with_table(|t| t.list.lock().iter().find(|(k, _)| *k == key).map(|(_, f)| f.clone())).flatten()
+    with_table(|t| t.list.lock().iter().flatten().find(|(k, _)| *k == key).map(|(_, f)| f.clone())).flatten()
 }
 
 impl Drop for RxTable {

@@ -30,7 +30,7 @@ pub(crate) struct Timer {
     #[pin]
     timer: Opaque<b::timer_list>,
     func: TimerFn,
-    ctx: usize,
+    ctx: core::sync::atomic::AtomicUsize,
     #[pin]
     _pin: PhantomPinned,
 }
@@ -47,7 +47,7 @@ impl Timer {
     pub(crate) fn new(func: TimerFn, ctx: usize) -> impl PinInit<Self> {
         pin_init!(Self {
             func,
-            ctx,
+            ctx: core::sync::atomic::AtomicUsize::new(ctx),
             _pin: PhantomPinned,
             timer <- Opaque::ffi_init(|t: *mut b::timer_list| {
                 // SAFETY: `t` points to writable, pinned storage for a `timer_list`;
@@ -86,7 +86,44 @@ impl Timer {
     unsafe extern "C" fn expired(t: *mut b::timer_list) {
         // SAFETY: per the contract above, `t` is the `timer` field of a live `Timer`.
         let this = unsafe { &*kernel::container_of!(t.cast::<Opaque<b::timer_list>>(), Self, timer) };
-        (this.func)(this.ctx);
+        (this.func)(this.ctx.load(core::sync::atomic::Ordering::Acquire));
+    }
+}
+
+/// A type that embeds a [`Timer`] and handles its expiry.
+pub(crate) trait TimerOwner: Send + Sync + 'static {
+    /// Called in softirq context when the embedded timer fires.
+    fn timer_fired(&self);
+}
+
+impl Timer {
+    /// A timer for an owner of type `T` that embeds it; [`Timer::bind`] connects them.
+    pub(crate) fn for_owner<T: TimerOwner>() -> impl PinInit<Self> {
+        Self::new(Self::owner_expired::<T>, 0)
+    }
+
+    /// Connects this timer (created by [`Timer::for_owner::<T>`]) to `owner`, which must embed
+    /// it: `EINVAL` otherwise. From then on expiry calls `owner.timer_fired()`. The owner must
+    /// call [`Timer::shutdown_sync`] before it starts dropping its other fields.
+    pub(crate) fn bind<T: TimerOwner>(&self, owner: &kernel::sync::Arc<T>) -> Result {
+        let o = &**owner as *const T as usize;
+        let t = self as *const Self as usize;
+        if t < o || t + core::mem::size_of::<Self>() > o + core::mem::size_of::<T>() {
+            return Err(EINVAL);
+        }
+        self.ctx.store(o, core::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    fn owner_expired<T: TimerOwner>(ctx: usize) {
+        if ctx == 0 {
+            return;
+        }
+        // SAFETY: `bind` stored the address of an `Arc`-owned `T` that contains this timer; the
+        // Arc allocation never moves, and the owner shuts the timer down (waiting for this
+        // callback) before any of its fields is dropped, so `T` is alive here.
+        let owner = unsafe { &*(ctx as *const T) };
+        owner.timer_fired();
     }
 }
 

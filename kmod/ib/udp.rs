@@ -104,6 +104,8 @@ pub(crate) struct UdpCounters {
     pub(crate) rx_drop_long: u64,
     /// Dropped: the network header is neither IPv4 nor IPv6.
     pub(crate) rx_drop_bad_ip: u64,
+    /// Datagrams whose ICRC did not match.
+    pub(crate) rx_drop_icrc: u64,
     /// Datagrams handed to the IP output path.
     pub(crate) tx_packets: u64,
     /// Transmit failures: no route (or a route lookup error).
@@ -121,6 +123,7 @@ struct Counters {
     rx_drop_short: AtomicU64,
     rx_drop_long: AtomicU64,
     rx_drop_bad_ip: AtomicU64,
+    rx_drop_icrc: AtomicU64,
     tx_packets: AtomicU64,
     tx_err_route: AtomicU64,
     tx_err_nomem: AtomicU64,
@@ -134,6 +137,7 @@ static COUNTERS: Counters = Counters {
     rx_drop_short: AtomicU64::new(0),
     rx_drop_long: AtomicU64::new(0),
     rx_drop_bad_ip: AtomicU64::new(0),
+    rx_drop_icrc: AtomicU64::new(0),
     tx_packets: AtomicU64::new(0),
     tx_err_route: AtomicU64::new(0),
     tx_err_nomem: AtomicU64::new(0),
@@ -155,6 +159,7 @@ pub(crate) fn counters() -> UdpCounters {
         rx_drop_short: r(&c.rx_drop_short),
         rx_drop_long: r(&c.rx_drop_long),
         rx_drop_bad_ip: r(&c.rx_drop_bad_ip),
+        rx_drop_icrc: r(&c.rx_drop_icrc),
         tx_packets: r(&c.tx_packets),
         tx_err_route: r(&c.tx_err_route),
         tx_err_nomem: r(&c.tx_err_nomem),
@@ -457,26 +462,47 @@ impl UdpHandle {
                 return Err(err);
             }
         };
-        // SAFETY: `rt` is our route reference, which `udp_tunnel_xmit_skb` consumes along with
-        // the skb; the skb has headroom for the UDP and IPv4 headers plus the link layer. A
-        // NULL `skb->dev` is allowed (no tunnel device statistics); the IP output path sets it
-        // from the route. No checksum for IPv4 (`nocheck`), as RoCEv2 allows.
-        unsafe {
-            b::udp_tunnel_xmit_skb(
-                rt,
-                sk,
-                skb,
-                saddr,
-                daddr,
-                path.tclass,
-                ttl,
-                (b::IP_DF as u16).to_be(),
-                path.udp_sport.to_be(),
-                ROCE_V2_UDP_DPORT.to_be(),
-                false,
-                true,
-            )
+        let udp_len = UDP_HLEN + pkt.len();
+        // SAFETY: the skb has headroom for the UDP and IPv4 headers (reserved above); `skb_push`
+        // returns the start of the bytes it adds. We write both headers in full (the IP
+        // identification through `__ip_select_ident`, as the IP layer would), then the ICRC over
+        // the final headers, then hand the skb and our route reference to `ip_local_out`, which
+        // fills the IP checksum and consumes both. `rt` stays valid until `skb_dst_set` takes
+        // over our reference.
+        let r = unsafe {
+            let uh = b::skb_push(skb, UDP_HLEN as u32).cast::<u8>();
+            let uhs = core::slice::from_raw_parts_mut(uh, udp_len);
+            uhs[0..2].copy_from_slice(&path.udp_sport.to_be_bytes());
+            uhs[2..4].copy_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
+            uhs[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            uhs[6..8].copy_from_slice(&[0, 0]);
+            b::rrxe_skb_reset_transport_header(skb);
+            let ih = b::skb_push(skb, IPV4_HLEN as u32).cast::<u8>();
+            b::rrxe_skb_reset_network_header(skb);
+            let ihs = core::slice::from_raw_parts_mut(ih, IPV4_HLEN);
+            ihs.fill(0);
+            ihs[0] = 0x45;
+            ihs[1] = path.tclass;
+            ihs[2..4].copy_from_slice(&((IPV4_HLEN + udp_len) as u16).to_be_bytes());
+            ihs[6..8].copy_from_slice(&(b::IP_DF as u16).to_be_bytes());
+            ihs[8] = ttl;
+            ihs[9] = b::IPPROTO_UDP as u8;
+            ihs[12..16].copy_from_slice(&saddr.to_ne_bytes());
+            ihs[16..20].copy_from_slice(&daddr.to_ne_bytes());
+            b::__ip_select_ident(e.net, ih.cast(), 1);
+            let ip: &[u8; IPV4_HLEN] = &*(ih.cast::<[u8; IPV4_HLEN]>());
+            let udp = core::slice::from_raw_parts_mut(uh, udp_len);
+            if let Ok(c) = crate::logic::icrc::icrc_v4(ip, udp) {
+                crate::logic::icrc::write_icrc(udp, c);
+            }
+            // `ip_local_out` sets `skb->protocol` itself.
+            b::rrxe_skb_dst_set(skb, ptr::addr_of_mut!((*rt).dst));
+            b::ip_local_out(e.net, sk, skb)
         };
+        if r < 0 {
+            inc(&COUNTERS.tx_err_other);
+            return Err(Error::from_errno(r));
+        }
         Ok(())
     }
 
@@ -542,6 +568,29 @@ impl UdpHandle {
                 return Err(err);
             }
         };
+        // The ICRC covers the IPv6 and UDP headers with traffic class, flow label, hop limit and
+        // UDP checksum masked: every other field is known before the stack writes them.
+        let mut ip = [0u8; IPV6_HLEN];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&((UDP_HLEN + pkt.len()) as u16).to_be_bytes());
+        ip[6] = b::IPPROTO_UDP as u8;
+        ip[8..24].copy_from_slice(&path.sgid);
+        ip[24..40].copy_from_slice(&path.dgid);
+        let mut uh = [0u8; UDP_HLEN];
+        uh[0..2].copy_from_slice(&path.udp_sport.to_be_bytes());
+        uh[2..4].copy_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
+        uh[4..6].copy_from_slice(&((UDP_HLEN + pkt.len()) as u16).to_be_bytes());
+        // SAFETY: the skb's data is the `pkt.len()` bytes copied by `build_skb`, ours until sent.
+        let data = unsafe { core::slice::from_raw_parts_mut((*skb).data, pkt.len()) };
+        if let (Some(bth), Some(rest)) = (
+            data.first_chunk::<{ crate::logic::opcode::BTH_LEN }>(),
+            data.get(crate::logic::opcode::BTH_LEN..pkt.len().saturating_sub(4)),
+        ) {
+            let mut c = crate::logic::icrc::Icrc::new_v6(&ip, &uh, bth);
+            c.update(rest);
+            let v = c.finish();
+            crate::logic::icrc::write_icrc(data, v);
+        }
         let saddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.sgid } };
         let daddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.dgid } };
         // SAFETY: `dst` is our reference, consumed with the skb; the skb has headroom for the
@@ -680,6 +729,21 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         return drop_with(&COUNTERS.rx_drop_bad_ip);
     };
     meta.netdev = dev as usize;
+    // SAFETY: `nh` is the network header the IP layer validated (20 bytes without options for
+    // IPv4 — `parse_headers` refused others — or 40 for IPv6) and `data` the `len` linear
+    // bytes of the UDP datagram; both live until the skb is freed below.
+    let icrc_ok = unsafe {
+        let udp = core::slice::from_raw_parts(data, len);
+        let c = if meta.is_v4 {
+            crate::logic::icrc::icrc_v4(&*nh.cast::<[u8; IPV4_HLEN]>(), udp)
+        } else {
+            crate::logic::icrc::icrc_v6(&*nh.cast::<[u8; IPV6_HLEN]>(), udp)
+        };
+        c.ok().is_some_and(|c| Some(c) == crate::logic::icrc::stored_icrc(udp))
+    };
+    if !icrc_ok {
+        return drop_with(&COUNTERS.rx_drop_icrc);
+    }
     // SAFETY: the payload is the `len - UDP_HLEN` linear bytes after the UDP header, valid and
     // unchanged until the skb is freed below.
     let pkt = unsafe { core::slice::from_raw_parts(data.add(UDP_HLEN), len - UDP_HLEN) };
@@ -690,4 +754,69 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     // SAFETY: we own `skb`; `pkt` is not used any more.
     unsafe { b::consume_skb(skb) };
     0
+}
+
+/// A namespace's RoCEv2 sockets for one netdev, opened on first use.
+///
+/// # Invariants
+///
+/// `handle` is NULL or a leaked `KBox<UdpHandle>` set once (under `open_lock`) and freed only
+/// by `drop`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct LazyUdp {
+    netdev: super::netdev::NetDevRef,
+    #[pin]
+    open_lock: kernel::sync::Mutex<()>,
+    handle: core::sync::atomic::AtomicPtr<UdpHandle>,
+}
+
+// SAFETY: `UdpHandle` is `Send + Sync`; the pointer is published once with release ordering.
+unsafe impl Send for LazyUdp {}
+// SAFETY: as above.
+unsafe impl Sync for LazyUdp {}
+
+impl LazyUdp {
+    /// Nothing opened yet; `netdev` is the device packets leave through.
+    pub(crate) fn new(netdev: &NetDev) -> impl PinInit<Self, Error> {
+        let netdev = super::netdev::NetDevRef::new(netdev);
+        try_pin_init!(LazyUdp {
+            netdev,
+            open_lock <- kernel::new_mutex!((), "rrxe:udp_open"),
+            handle: core::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+        }? Error)
+    }
+
+    /// Opens the sockets (process context); does nothing when already open.
+    pub(crate) fn open(&self, rx: RxFn) -> Result {
+        let _g = self.open_lock.lock();
+        if !self.handle.load(Ordering::Acquire).is_null() {
+            return Ok(());
+        }
+        let h = KBox::new(UdpSock::get(&self.netdev, rx)?, GFP_KERNEL)?;
+        // INVARIANT: set once, under the lock.
+        self.handle.store(KBox::into_raw(h), Ordering::Release);
+        Ok(())
+    }
+
+    /// Sends through the sockets; `ENOTCONN` before [`LazyUdp::open`].
+    pub(crate) fn xmit(&self, path: &TxPath, pkt: &[u8]) -> Result {
+        let p = self.handle.load(Ordering::Acquire);
+        if p.is_null() {
+            return Err(Error::from_errno(-(b::ENOTCONN as i32)));
+        }
+        // SAFETY: by the type invariant a non-null handle lives until `drop`.
+        unsafe { &*p }.xmit(&self.netdev, path, pkt)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for LazyUdp {
+    fn drop(self: Pin<&mut Self>) {
+        let p = self.handle.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: by the type invariant this is our leaked box; nothing else frees it. It is
+            // dropped before `netdev` (the handle must not outlive the netdev reference).
+            drop(unsafe { KBox::from_raw(p) });
+        }
+    }
 }

@@ -24,6 +24,7 @@ use crate::logic::{
 };
 use crate::uapi::{Cqe, RecvWqe, SendWqe, Sge};
 use core::mem::{offset_of, size_of};
+use core::ops::DerefMut;
 
 /// `enum ibv_wc_status` values.
 pub mod wc_status {
@@ -671,12 +672,12 @@ fn assemble(
     Ok(total)
 }
 
-impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engine<B, M> {
+impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
     /// An engine in RESET over private send storage: `slots` holds `meta.len()` slots of
     /// `slot_size` bytes; `meta.len()` must be a power of two.
     pub fn new(cfg: Config, slots: B, meta: M, slot_size: usize) -> Option<Self> {
-        let n = meta.as_ref().len();
-        if n == 0 || !n.is_power_of_two() || slots.as_ref().len() < n * slot_size || slot_size < size_of::<SendWqe>() {
+        let n = meta.len();
+        if n == 0 || !n.is_power_of_two() || slots.len() < n * slot_size || slot_size < size_of::<SendWqe>() {
             return None;
         }
         Some(Engine {
@@ -775,7 +776,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
         }
         let i = (self.sq.head & self.sq.mask) as usize * self.sq.slot_size;
         let ss = self.sq.slot_size;
-        self.sq.slots.as_mut().get_mut(i..i + ss)
+        self.sq.slots.deref_mut().get_mut(i..i + ss)
     }
 
     /// The slot from [`Self::sq_slot_mut`] is filled: validate and queue it. A malformed WQE
@@ -787,14 +788,14 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
         }
         let idx = self.sq.head & self.sq.mask;
         let i = idx as usize * self.sq.slot_size;
-        let slot = &self.sq.slots.as_ref()[i..i + self.sq.slot_size];
+        let slot = &self.sq.slots.deref()[i..i + self.sq.slot_size];
         let r = check_send_wqe(&self.cfg, slot);
         let wr_id = decode_send_wqe(slot).map_or(0, |w| w.wr_id);
         let opcode = decode_send_wqe(slot).map_or(0, |w| w.opcode);
         self.sq.head = self.sq.head.wrapping_add(1);
         match r {
             Ok((_, e)) => {
-                self.sq.meta.as_mut()[idx as usize] = e;
+                self.sq.meta.deref_mut()[idx as usize] = e;
                 if self.state == QpState::Err {
                     self.flush(env);
                 }
@@ -807,7 +808,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                     wr_opcode::ATOMIC_FETCH_AND_ADD => WrKind::FetchAdd,
                     _ => WrKind::Send,
                 };
-                self.sq.meta.as_mut()[idx as usize] = SqEntry { kind, completed: true, ..SqEntry::default() };
+                self.sq.meta.deref_mut()[idx as usize] = SqEntry { kind, completed: true, ..SqEntry::default() };
                 let status = if self.state == QpState::Err { wc_status::WR_FLUSH_ERR } else { status };
                 self.post(env, CqSel::Send, &cqe(wr_id, status, kind.wc_opcode(), self.cfg.qpn));
                 if self.state != QpState::Err {
@@ -843,10 +844,10 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
         let qpn = self.cfg.qpn;
         while self.sq.done != self.sq.head {
             let idx = (self.sq.done & self.sq.mask) as usize;
-            let e = self.sq.meta.as_ref()[idx];
+            let e = self.sq.meta.deref()[idx];
             if !e.completed {
                 let off = idx * self.sq.slot_size;
-                let wr_id = decode_send_wqe(&self.sq.slots.as_ref()[off..off + self.sq.slot_size]).map_or(0, |w| w.wr_id);
+                let wr_id = decode_send_wqe(&self.sq.slots.deref()[off..off + self.sq.slot_size]).map_or(0, |w| w.wr_id);
                 self.post(env, CqSel::Send, &cqe(wr_id, wc_status::WR_FLUSH_ERR, e.kind.wc_opcode(), qpn));
             }
             self.sq.done = self.sq.done.wrapping_add(1);
@@ -903,7 +904,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
 
     fn slot(&self, idx: u32) -> &[u8] {
         let off = (idx & self.sq.mask) as usize * self.sq.slot_size;
-        &self.sq.slots.as_ref()[off..off + self.sq.slot_size]
+        &self.sq.slots.deref()[off..off + self.sq.slot_size]
     }
 
     /// Whether the requester has work it could do now.
@@ -919,7 +920,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
         let mut sent = 0;
         while sent < budget && self.requester_ready() {
             let idx = self.sq.next;
-            let e = self.sq.meta.as_ref()[(idx & self.sq.mask) as usize];
+            let e = self.sq.meta.deref()[(idx & self.sq.mask) as usize];
             let rc = self.cfg.qp_type == QpType::Rc;
             if self.req.cur_pkt == 0 {
                 if rc && e.kind.is_rd_atomic() && self.req.rd_atomic >= u32::from(self.cfg.max_rd_atomic) {
@@ -934,18 +935,18 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                     }
                     _ => 1,
                 };
-                let m = &mut self.sq.meta.as_mut()[(idx & self.sq.mask) as usize];
+                let m = &mut self.sq.meta.deref_mut()[(idx & self.sq.mask) as usize];
                 m.first_psn = self.req.psn;
                 m.npkts = npkts;
             } else if rc && self.req.psn.distance_from(self.req.acked) >= RC_WINDOW {
                 break;
             }
-            let e = self.sq.meta.as_ref()[(idx & self.sq.mask) as usize];
+            let e = self.sq.meta.deref()[(idx & self.sq.mask) as usize];
             match self.send_packet(env, scratch, idx, &e) {
                 Ok(()) => {}
                 Err(status) => {
                     let wr_id = decode_send_wqe(self.slot(idx)).map_or(0, |w| w.wr_id);
-                    self.sq.meta.as_mut()[(idx & self.sq.mask) as usize].completed = true;
+                    self.sq.meta.deref_mut()[(idx & self.sq.mask) as usize].completed = true;
                     self.post(env, CqSel::Send, &cqe(wr_id, status, e.kind.wc_opcode(), self.cfg.qpn));
                     self.fatal(env, true);
                     return sent;
@@ -978,7 +979,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
 
     fn complete_front<E: Env>(&mut self, env: &mut E, status: u32) {
         let idx = self.sq.done;
-        let e = self.sq.meta.as_ref()[(idx & self.sq.mask) as usize];
+        let e = self.sq.meta.deref()[(idx & self.sq.mask) as usize];
         if !e.completed && (e.signaled || status != wc_status::SUCCESS) {
             let w = decode_send_wqe(self.slot(idx)).unwrap_or_default();
             let mut c = cqe(w.wr_id, status, e.kind.wc_opcode(), self.cfg.qpn);
@@ -994,7 +995,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
         let cfg = self.cfg;
         let t = transport_of(cfg.qp_type);
         let off = (idx & self.sq.mask) as usize * self.sq.slot_size;
-        let slot = &self.sq.slots.as_ref()[off..off + self.sq.slot_size];
+        let slot = &self.sq.slots.deref()[off..off + self.sq.slot_size];
         let w = decode_send_wqe(slot).ok_or(wc_status::LOC_QP_OP_ERR)?;
         let src = source(slot, &w).ok_or(wc_status::LOC_QP_OP_ERR)?;
         let pkt_i = self.req.cur_pkt;
@@ -1540,7 +1541,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
     /// Completes every fully sent SEND/WRITE whose last PSN is at or before `psn`.
     fn ack_upto<E: Env>(&mut self, env: &mut E, psn: Psn) {
         while self.sq.done != self.sq.next {
-            let e = self.sq.meta.as_ref()[(self.sq.done & self.sq.mask) as usize];
+            let e = self.sq.meta.deref()[(self.sq.done & self.sq.mask) as usize];
             if e.kind.is_rd_atomic() {
                 break;
             }
@@ -1564,7 +1565,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
             if !at_cur && i == self.sq.head {
                 return;
             }
-            let e = self.sq.meta.as_ref()[(i & self.sq.mask) as usize];
+            let e = self.sq.meta.deref()[(i & self.sq.mask) as usize];
             let started = !at_cur || self.req.cur_pkt > 0;
             if started && psn.in_window(e.first_psn, e.npkts.max(1)) {
                 let (p, k) = if e.kind == WrKind::Send || e.kind == WrKind::Write {
@@ -1580,7 +1581,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                 let mut n = 0;
                 let mut j = self.sq.done;
                 while j != i {
-                    if self.sq.meta.as_ref()[(j & self.sq.mask) as usize].kind.is_rd_atomic() {
+                    if self.sq.meta.deref()[(j & self.sq.mask) as usize].kind.is_rd_atomic() {
                         n += 1;
                     }
                     j = j.wrapping_add(1);
@@ -1659,7 +1660,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                     return false;
                 }
                 let idx = self.sq.done;
-                let e = self.sq.meta.as_ref()[(idx & self.sq.mask) as usize];
+                let e = self.sq.meta.deref()[(idx & self.sq.mask) as usize];
                 if e.kind != WrKind::Read || !psn.in_window(e.first_psn, e.npkts) {
                     self.counters.rx_bad_response += 1;
                     return false;
@@ -1680,7 +1681,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                     return false;
                 }
                 let slot_off = (idx & self.sq.mask) as usize * self.sq.slot_size;
-                let slot = &self.sq.slots.as_ref()[slot_off..slot_off + self.sq.slot_size];
+                let slot = &self.sq.slots.deref()[slot_off..slot_off + self.sq.slot_size];
                 let r = match decode_send_wqe(slot).and_then(|w| source(slot, &w).map(|s| (w, s))) {
                     Some((_, src)) => {
                         let n = match src {
@@ -1712,14 +1713,14 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>, M: AsRef<[SqEntry]> + AsMut<[SqEntry]>> Engin
                     return false;
                 }
                 let idx = self.sq.done;
-                let e = self.sq.meta.as_ref()[(idx & self.sq.mask) as usize];
+                let e = self.sq.meta.deref()[(idx & self.sq.mask) as usize];
                 if !matches!(e.kind, WrKind::CmpSwap | WrKind::FetchAdd) || e.first_psn != psn {
                     self.counters.rx_bad_response += 1;
                     return false;
                 }
                 let Some(ack) = pkt.atmack() else { return false };
                 let slot_off = (idx & self.sq.mask) as usize * self.sq.slot_size;
-                let slot = &self.sq.slots.as_ref()[slot_off..slot_off + self.sq.slot_size];
+                let slot = &self.sq.slots.deref()[slot_off..slot_off + self.sq.slot_size];
                 let r = match decode_send_wqe(slot).and_then(|w| source(slot, &w)) {
                     Some(src) => {
                         let n = match src {

@@ -71,7 +71,7 @@ pub(crate) struct Table<T> {
 impl<T: Send + Sync> Table<T> {
     fn new(n: u32) -> Result<impl PinInit<Self, Error>> {
         let v = KVVec::from_elem(None, n as usize, GFP_KERNEL)?;
-        Ok(pin_init!(Table { slots <- new_spinlock!(v, "rrxe:table") }))
+        Ok(try_pin_init!(Table { slots <- new_spinlock!(v, "rrxe:table") }? Error))
     }
 
     pub(crate) fn insert(&self, i: u32, v: Arc<T>) -> Result {
@@ -138,12 +138,13 @@ impl Fabric {
             Table::new(crate::logic::limits::MAX_MR + 64)?,
             Table::new(crate::logic::limits::MAX_AH + 64)?,
         );
+        let udp = LazyUdp::new(netdev);
         Ok(try_pin_init!(Fabric {
             qps <- q,
             mrs <- m,
             ahs <- a,
             counters: DpCounters::default(),
-            udp <- LazyUdp::new(netdev),
+            udp <- udp,
         }? Error))
     }
 
@@ -377,6 +378,9 @@ pub(crate) struct QpData {
 /// A QP as the data path sees it.
 #[pin_data]
 pub(crate) struct QpInner {
+    /// The RNR timer; first, so that it is shut down before anything else is dropped.
+    #[pin]
+    timer: crate::ib::timer::Timer,
     pub(crate) qpn: u32,
     pd: usize,
     #[pin]
@@ -388,8 +392,6 @@ pub(crate) struct QpInner {
     srq: Option<Arc<SrqInner>>,
     ev: QpRef,
     fabric: Arc<Fabric>,
-    #[pin]
-    timer: crate::ib::timer::Timer,
 }
 
 /// What a new [`QpInner`] is made of.
@@ -421,8 +423,13 @@ impl QpInner {
             srq: p.srq,
             ev: p.ev,
             fabric: p.fabric,
-            timer <- crate::ib::timer::Timer::new(rnr_timer_fired, p.qpn as usize),
+            timer <- crate::ib::timer::Timer::for_owner::<QpInner>(),
         }? Error))
+    }
+
+    /// Connects the RNR timer to this QP (right after creation).
+    pub(crate) fn bind_timer(&self, me: &Arc<QpInner>) -> Result {
+        self.timer.bind(me)
     }
 
     /// The SRQ's SGE limit (0 without an SRQ).
@@ -602,10 +609,10 @@ impl QpInner {
     }
 }
 
-fn rnr_timer_fired(ctx: usize) {
-    // The timer context is the QPN; the QP is found through the fabric of ... every device
-    // could own that QPN, so the timer carries the fabric through the table lookup below.
-    let _ = ctx;
+impl crate::ib::timer::TimerOwner for QpInner {
+    fn timer_fired(&self) {
+        self.rnr_expired();
+    }
 }
 
 /// Loopback packets waiting for delivery.
@@ -628,7 +635,7 @@ fn deliver(fabric: &Fabric, out: &mut Outbox) {
         // `bytes` is freed right after use; only the small list headers accumulate.
         rx_packet(fabric, &bytes, None, out);
     }
-    out.pkts.clear();
+    out.pkts = KVec::new();
 }
 
 /// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `grh` is the GRH a
@@ -796,7 +803,7 @@ impl Env for Ctx<'_> {
     }
 
     fn arm_rnr_timer(&mut self, usecs: u32) {
-        self.qp.timer.arm(u64::from(usecs));
+        self.qp.timer.arm(usecs);
     }
 }
 

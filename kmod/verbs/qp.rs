@@ -220,6 +220,7 @@ pub(super) fn create(
         fabric: data.fabric.clone(),
     };
     let inner = Arc::pin_init(QpInner::new(parts)?, GFP_KERNEL)?;
+    inner.bind_timer(&inner)?;
     data.fabric.qps.insert(qpn, inner.clone())?;
     release.dismiss();
     let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, cap: init.cap, has_srq: init.has_srq, attrs, inner };
