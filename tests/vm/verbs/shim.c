@@ -27,3 +27,24 @@ int vt_close_xrcd(struct ibv_xrcd *xrcd)
 {
 	return ibv_close_xrcd(xrcd);
 }
+
+/* Data path (tests/vm/verbs/src/bin/rrxe-*.rs): the inline fast-path verbs. */
+int vt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	return ibv_post_send(qp, wr, bad);
+}
+
+int vt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return ibv_post_recv(qp, wr, bad);
+}
+
+int vt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	return ibv_poll_cq(cq, num_entries, wc);
+}
+
+int vt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return ibv_req_notify_cq(cq, solicited_only);
+}

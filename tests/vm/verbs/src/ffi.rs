@@ -26,4 +26,12 @@ unsafe extern "C" {
     pub fn vt_open_xrcd(ctx: *mut ibv_context, attr: *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
     /// `ibv_close_xrcd()`.
     pub fn vt_close_xrcd(xrcd: *mut ibv_xrcd) -> i32;
+    /// `ibv_post_send()`.
+    pub fn vt_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32;
+    /// `ibv_post_recv()`.
+    pub fn vt_post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32;
+    /// `ibv_poll_cq()`.
+    pub fn vt_poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv_wc) -> i32;
+    /// `ibv_req_notify_cq()`.
+    pub fn vt_req_notify_cq(cq: *mut ibv_cq, solicited_only: i32) -> i32;
 }

@@ -1,0 +1,268 @@
+#!/bin/bash
+# Issue 4 (data path), in a --bare guest: sets up its own devices and runs, each step bounded
+# by a timeout (a hang fails the check, never the suite):
+#   1. ibv_{rc,uc,ud,srq}_pingpong, with and without -e (completion events), on one device to
+#      itself and between two devices (server on dev0, client on dev1);
+#   2. perftest ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat between the devices;
+#   3. rrxe-integrity (tests/vm/verbs): random RC/UC/UD operations, 0 B..1 MiB, SGE lists,
+#      inline, every byte verified; loopback and two devices;
+#   4. rrxe-syscalls: post_recv and poll_cq make 0 system calls, post_send at most 1 (ptrace);
+#   5. rrxe-errors: bad rkey -> REM_ACCESS_ERR then flushes, bad lkey -> LOC_PROT_ERR, QPs
+#      destroyed with WRs outstanding; a process SIGKILLed mid-transfer (`rdma res` back to its
+#      baseline, the device still works); rmmod of the driver while a context is open is
+#      refused or disassociates cleanly (run last).
+#
+#   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rrxe $PWD/tests/vm/datapath.sh
+#   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rxe  $PWD/tests/vm/datapath.sh
+#   RRXE_VM_TESTS=datapath RRXE_DP_TYPE=rxe tests/vm/run-all     # the same, through run-all
+#
+# Environment:
+#   RRXE_DP_TYPE   rrxe (default) or rxe: `rdma link add ... type $RRXE_DP_TYPE`; the module
+#                  is rrxe or rdma_rxe
+#   RRXE_DP_DEV    first device (default ${RRXE_DP_TYPE}0, on veth0, 10.99.0.1)
+#   RRXE_DP_DEV2   second device (default ${RRXE_DP_TYPE}1, on veth1, 10.99.0.2)
+#   RRXE_DP_NETNS  1: veth1 and the second device live in network namespace "peer" (the
+#                  topology of the data-path contract; default for rrxe); 0: both in one
+#                  namespace with accept_local (default for rxe: rdma_rxe of Linux 6.12 binds
+#                  its UDP socket and routes in init_net only, so a device in another
+#                  namespace never receives anything)
+#   RRXE_DP_ITERS  pingpong/perftest iterations (100); RRXE_DP_OPS integrity ops per RC/UC
+#                  run (300); RRXE_DP_SEED integrity seed (default: from the clock, printed)
+#   RRXE_DP_STEP_TIMEOUT  seconds per step (120)
+#   RRXE_DP_XFAIL  check names whose FAIL is a known bug of the device under test: printed as
+#                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
+#                  finds (see below); none for rrxe.
+#   RRXE_DP_ONLY   space-separated subset of: pingpong perftest integrity syscalls errors kill rmmod
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+type=${RRXE_DP_TYPE:-rrxe}
+dev0=${RRXE_DP_DEV:-${type}0}
+dev1=${RRXE_DP_DEV2:-${type}1}
+if [ "$type" = rxe ]; then mod=rdma_rxe; netns=${RRXE_DP_NETNS:-0}
+else mod=$type; netns=${RRXE_DP_NETNS:-1}; fi
+iters=${RRXE_DP_ITERS:-100}
+ops=${RRXE_DP_OPS:-300}
+T=${RRXE_DP_STEP_TIMEOUT:-120}
+bin=${RRXE_DP_BIN:-$root/target/release}
+only=" ${RRXE_DP_ONLY:-pingpong perftest integrity syscalls errors kill rmmod} "
+# rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
+# IBV_WC_WR_FLUSH_ERR, not IBV_WC_LOC_PROT_ERR: rxe_requester() sets wqe->status
+# (IB_WC_LOC_QP_OP_ERR even, since copy_data() returns -EINVAL, not -EFAULT) and moves the QP
+# to the error state, and rxe_completer() then flushes the whole send queue, this WR included.
+rxe_bugs="errors.bad_lkey.loc_prot_err.loopback errors.bad_lkey.loc_prot_err.two_devices"
+xfail=" $([ "$type" = rxe ] && echo "${RRXE_DP_XFAIL-$rxe_bugs}" || echo "${RRXE_DP_XFAIL-}") "
+part() { [[ $only == *" $1 "* ]]; }
+t0=$(date +%s)
+elapsed() { echo "datapath: $1 done at +$(( $(date +%s) - t0 )) s"; }
+
+# --- devices
+modprobe crc32_generic 2>/dev/null
+modprobe "$mod" || { fail "setup.modprobe_$mod"; summary; }
+[ -e "/sys/class/infiniband/$dev0" ] || rdma link add "$dev0" type "$type" netdev veth0
+P=()   # prefix of the commands that use dev1
+if [ "$netns" = 1 ]; then
+  ip netns add peer
+  ip link set veth1 netns peer
+  ip -n peer addr add 10.99.0.2/24 dev veth1
+  ip -n peer link set veth1 up
+  ip -n peer link set lo up
+  P=(ip netns exec peer)
+  [ -e "/sys/class/infiniband/$dev1" ] || "${P[@]}" rdma link add "$dev1" type "$type" netdev veth1
+else
+  # Both veth ends in one namespace: without accept_local, packets (and ARP) whose source is
+  # one of our own addresses are dropped on receipt.
+  for k in all default veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.accept_local=1"; done
+  for k in all veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.rp_filter=0"; done
+  [ -e "/sys/class/infiniband/$dev1" ] || rdma link add "$dev1" type "$type" netdev veth1
+fi
+# gid_index DEV: the RoCE v2 GID of the netdev's IPv4 address (IPv4-mapped)
+gid_index() {
+  local dev=$1 t i g
+  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
+    i=${t##*/}
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
+    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i")
+    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
+  done
+  return 1
+}
+active() { [ "$(port_state "$1")" = PORT_ACTIVE ]; }
+check "setup.devices" test -e "/sys/class/infiniband/$dev0" -a -e "/sys/class/infiniband/$dev1"
+check "setup.ports_active" wait_for 20 bash -c "$(declare -f port_state); \
+  [ \"\$(port_state $dev0)\" = PORT_ACTIVE ] && [ \"\$(port_state $dev1)\" = PORT_ACTIVE ]"
+check "setup.ipv4_gids" wait_for 20 bash -c "$(declare -f gid_index); gid_index $dev0 && gid_index $dev1"
+g0=$(gid_index "$dev0"); g1=$(gid_index "$dev1")
+echo "datapath: type $type ($mod), $dev0 GID[$g0] on veth0, $dev1 GID[$g1] on veth1" \
+  "($([ "$netns" = 1 ] && echo "netns peer" || echo "same netns")), mtu $(active_mtu "$dev0")"
+rdma link show
+[ -n "$g0" ] && [ -n "$g1" ] || summary
+
+listening() { ss -ltn | grep -q ":$1 "; }
+port=18600
+# pair NAME PATTERN SERVER... -- CLIENT...: server (init netns) in the background, the client
+# once it listens; both must exit 0 and the client's output (and the server's, for pingpong)
+# must match PATTERN. The server gets -p PORT appended, the client -p PORT ADDR.
+pair() {
+  local n=$1 pat=$2; shift 2; local srv=() cli=() both=0
+  [ "$1" = --both ] && { both=1; shift; }
+  while [ "$1" != -- ]; do srv+=("$1"); shift; done; shift; cli=("$@")
+  port=$((port + 1))
+  local addr=127.0.0.1 x
+  for x in "${cli[@]}"; do [ "$x" = "$dev1" ] && addr=10.99.0.1; done
+  timeout -k 5 "$T" "${srv[@]}" -p "$port" > "/tmp/$n.server" 2>&1 &
+  local sp=$!
+  if ! wait_for 30 listening "$port"; then
+    kill "$sp" 2>/dev/null; wait "$sp"
+    fail "$n" "server never listened: $(tail -5 "/tmp/$n.server")"; return
+  fi
+  timeout -k 5 "$T" "${cli[@]}" -p "$port" "$addr" > "/tmp/$n.client" 2>&1
+  local crc=$?
+  [ $crc != 0 ] && kill "$sp" 2>/dev/null
+  wait "$sp"; local src=$?
+  local why=""
+  [ $crc = 0 ] || why="client exit $crc"
+  [ $src = 0 ] || why="$why server exit $src"
+  grep -qE "$pat" "/tmp/$n.client" || why="$why client output without /$pat/"
+  [ $both = 1 ] && ! grep -qE "$pat" "/tmp/$n.server" && why="$why server output without /$pat/"
+  if [ -z "$why" ]; then
+    pass "$n"; grep -E "$pat" "/tmp/$n.client" | head -2 | sed 's/^/    /'
+  else
+    fail "$n" "$why"
+    { echo "--- server"; tail -8 "/tmp/$n.server"; echo "--- client"; tail -8 "/tmp/$n.client"; } | sed 's/^/    /'
+  fi
+}
+
+# --- 1. pingpong
+if part pingpong; then
+  for tool in rc uc ud srq; do
+    args=(-n "$iters")
+    case $tool in ud) args+=(-s 512) ;; srq) args+=(-q 4) ;; esac
+    for ev in "" -e; do
+      n="pingpong.$tool${ev:+_events}"
+      pair "$n.loopback" "iters in" --both ibv_${tool}_pingpong -d "$dev0" -g "$g0" "${args[@]}" $ev \
+        -- ibv_${tool}_pingpong -d "$dev0" -g "$g0" "${args[@]}" $ev
+      pair "$n.two_devices" "iters in" --both ibv_${tool}_pingpong -d "$dev0" -g "$g0" "${args[@]}" $ev \
+        -- "${P[@]}" ibv_${tool}_pingpong -d "$dev1" -g "$g1" "${args[@]}" $ev
+    done
+  done
+  elapsed pingpong
+fi
+
+# --- 2. perftest (a result row: "<bytes> <iterations> <numbers>...")
+if part perftest; then
+  # (latencies print as "inf" under TCG, where perftest cannot measure the CPU clock: the
+  # check is that the test completes and reports its row)
+  row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)'
+  for t in send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat; do
+    extra=()
+    case $t in *_bw) [ $t != atomic_bw ] && extra=(-s 16384) ;; esac
+    pair "perftest.$t.two_devices" "$row" ib_$t -d "$dev0" -x "$g0" -n "$iters" -F "${extra[@]}" \
+      -- "${P[@]}" ib_$t -d "$dev1" -x "$g1" -n "$iters" -F "${extra[@]}"
+  done
+  elapsed perftest
+fi
+
+# sub NAME SUFFIX CMD...: a program printing PASS/FAIL lines itself; its lines are shown with
+# ".SUFFIX" added to each check name and counted here.
+sub() {
+  local n=$1 sfx=$2; shift 2; local out rc p f
+  out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
+  out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' \
+        | sed -E "s/^(PASS|FAIL|INFO|SKIP) ([^: ]+)/\1 \2${sfx:+.$sfx}/")
+  local x
+  for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known bug of $type):/"); done
+  echo "$out"
+  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+  PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  if [ $rc != 0 ] && [ "$f" = 0 ]; then fail "$n" "exit $rc: $(echo "$out" | tail -3)"; fi
+  if [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$n" "no check ran"; fi
+}
+seed=(); [ -n "${RRXE_DP_SEED:-}" ] && seed=(--seed "$RRXE_DP_SEED")
+
+# --- 3. data integrity
+if part integrity; then
+  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
+  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$ops" "${seed[@]}"
+  elapsed integrity
+fi
+
+# --- 4. system calls of the fast path
+if part syscalls; then
+  sub syscalls "" "$bin/rrxe-syscalls" --dev "$dev0" --calls 1000
+  elapsed syscalls
+fi
+
+# --- 5. errors
+if part errors; then
+  sub errors loopback "$bin/rrxe-errors" --dev "$dev0" checks
+  sub errors two_devices "$bin/rrxe-errors" --dev "$dev0" --dev2 "$dev1" checks
+  elapsed errors
+fi
+
+res_is() { [ "$(rdma res show 2>&1)" = "$1" ]; }
+if part kill; then
+  base=$(rdma res show 2>&1)
+  for k in 1 2 3; do
+    "$bin/rrxe-errors" --dev "$dev0" --dev2 "$dev1" traffic > /tmp/traffic.log 2>&1 &
+    tp=$!
+    if wait_for 60 grep -q RUNNING /tmp/traffic.log; then
+      sleep 0.$((k * 3)); kill -9 "$tp"; wait "$tp" 2>/dev/null
+      pass "kill.$k.traffic_running_then_sigkilled"
+    else
+      kill -9 "$tp" 2>/dev/null; wait "$tp" 2>/dev/null
+      fail "kill.$k.traffic_running_then_sigkilled" "$(tail -5 /tmp/traffic.log)"
+    fi
+    if wait_for 30 res_is "$base"; then pass "kill.$k.rdma_res_back_to_baseline"
+    else fail "kill.$k.rdma_res_back_to_baseline" "before: $base / after: $(rdma res show 2>&1)"; fi
+  done
+  check "kill.device_works_afterwards" timeout -k 5 "$T" "$bin/rrxe-integrity" --dev "$dev0" \
+    --dev2 "$dev1" --types rc,ud --ops 40 --ud-ops 20 "${seed[@]}"
+  elapsed kill
+fi
+
+# --- rmmod with a context open (last: the devices go away if the module does)
+if part rmmod; then
+  rm -f /tmp/go
+  "$bin/rrxe-errors" --dev "$dev0" hold /tmp/go > /tmp/hold.log 2>&1 &
+  hp=$!
+  if ! wait_for 60 grep -q HOLDING /tmp/hold.log; then
+    fail "rmmod.holder_ready" "$(tail -5 /tmp/hold.log)"
+  else
+    pass "rmmod.holder_ready"
+    rmmod "$mod" > /tmp/rmmod.log 2>&1 &
+    rp=$!
+    if ! wait_for 30 bash -c "! kill -0 $rp"; then
+      fail "rmmod.refused_or_disassociated" "rmmod still blocked after 30 s with a context open"
+      touch /tmp/go; wait_for 60 bash -c "! kill -0 $rp"
+      wait "$hp"; cat /tmp/hold.log
+    else
+      wait "$rp"; rrc=$?
+      if [ $rrc != 0 ]; then
+        echo "datapath: rmmod $mod refused (rc $rrc): $(cat /tmp/rmmod.log)"
+        pass "rmmod.refused_or_disassociated"
+        check "rmmod.refused.module_still_loaded" grep -q "^$mod " /proc/modules
+        touch /tmp/go
+        wait "$hp"; hrc=$?
+        cat /tmp/hold.log
+        check "rmmod.refused.context_still_works" grep -q "^AFTER ok" /tmp/hold.log
+        check "rmmod.refused.clean_teardown" bash -c "[ $hrc = 0 ] && grep -q '^TEARDOWN ok' /tmp/hold.log"
+        check "rmmod.refused.unloads_once_closed" timeout 60 rmmod "$mod"
+      else
+        echo "datapath: rmmod $mod succeeded with a context open (disassociation)"
+        pass "rmmod.refused_or_disassociated"
+        check "rmmod.disassociated.module_gone" bash -c "! grep -q '^$mod ' /proc/modules"
+        check "rmmod.disassociated.devices_gone" bash -c "! test -e /sys/class/infiniband/$dev0"
+        touch /tmp/go
+        wait_for 60 bash -c "! kill -0 $hp"
+        wait "$hp"; hrc=$?
+        cat /tmp/hold.log
+        # The process must survive and exit on its own (the verbs fail, nothing crashes).
+        check "rmmod.disassociated.process_exits_cleanly" \
+          bash -c "[ $hrc = 0 ] && grep -q '^AFTER' /tmp/hold.log && grep -q '^TEARDOWN' /tmp/hold.log"
+      fi
+    fi
+  fi
+  kill -9 "$hp" 2>/dev/null
+  elapsed rmmod
+fi
+summary
