@@ -166,7 +166,7 @@ fi
 # ".SUFFIX" added to each check name and counted here.
 sub() {
   local n=$1 sfx=$2; shift 2; local out rc p f
-  out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
+  out=$(timeout -k 5 "${ST:-$T}" "$@" 2>&1); rc=$?
   out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' \
         | sed -E "s/^(PASS|FAIL|INFO|SKIP) ([^: ]+)/\1 \2${sfx:+.$sfx}/")
   local x
@@ -182,8 +182,9 @@ seed=(); [ -n "${RRXE_DP_SEED:-}" ] && seed=(--seed "$RRXE_DP_SEED")
 
 # --- 3. data integrity
 if part integrity; then
-  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
-  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$ops" "${seed[@]}"
+  # one process runs RC, UC and UD (~50 s on rxe under TCG): three steps' time
+  ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
+  ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$ops" "${seed[@]}"
   elapsed integrity
 fi
 
