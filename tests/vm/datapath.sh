@@ -28,7 +28,7 @@
 #                  namespace never receives anything)
 #   RRXE_DP_ITERS  pingpong/perftest iterations (100); RRXE_DP_OPS integrity ops per RC/UC
 #                  run (300); RRXE_DP_SEED integrity seed (default: from the clock, printed)
-#   RRXE_DP_STEP_TIMEOUT  seconds per step (120)
+#   RRXE_DP_STEP_TIMEOUT  seconds per step (60; the slowest step on rxe under TCG takes ~35 s)
 #   RRXE_DP_XFAIL  check names whose FAIL is a known bug of the device under test: printed as
 #                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
 #                  finds (see below); none for rrxe.
@@ -42,7 +42,7 @@ if [ "$type" = rxe ]; then mod=rdma_rxe; netns=${RRXE_DP_NETNS:-0}
 else mod=$type; netns=${RRXE_DP_NETNS:-1}; fi
 iters=${RRXE_DP_ITERS:-100}
 ops=${RRXE_DP_OPS:-300}
-T=${RRXE_DP_STEP_TIMEOUT:-120}
+T=${RRXE_DP_STEP_TIMEOUT:-60}
 bin=${RRXE_DP_BIN:-$root/target/release}
 only=" ${RRXE_DP_ONLY:-pingpong perftest integrity syscalls errors kill rmmod} "
 # rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
@@ -166,23 +166,25 @@ fi
 # ".SUFFIX" added to each check name and counted here.
 sub() {
   local n=$1 sfx=$2; shift 2; local out rc p f
-  out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
+  out=$(timeout -k 5 "${ST:-$T}" "$@" 2>&1); rc=$?
   out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' \
         | sed -E "s/^(PASS|FAIL|INFO|SKIP) ([^: ]+)/\1 \2${sfx:+.$sfx}/")
   local x
   for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known bug of $type):/"); done
   echo "$out"
-  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+  local xf
+  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); xf=$(grep -c '^XFAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-  if [ $rc != 0 ] && [ "$f" = 0 ]; then fail "$n" "exit $rc: $(echo "$out" | tail -3)"; fi
+  if [ $rc != 0 ] && [ "$f" = 0 ] && [ "$xf" = 0 ]; then fail "$n" "exit $rc: $(echo "$out" | tail -3)"; fi
   if [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$n" "no check ran"; fi
 }
 seed=(); [ -n "${RRXE_DP_SEED:-}" ] && seed=(--seed "$RRXE_DP_SEED")
 
 # --- 3. data integrity
 if part integrity; then
-  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
-  sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$ops" "${seed[@]}"
+  # one process runs RC, UC and UD (~50 s on rxe under TCG): three steps' time
+  ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
+  ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$ops" "${seed[@]}"
   elapsed integrity
 fi
 
