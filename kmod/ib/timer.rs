@@ -92,17 +92,17 @@ impl Timer {
 
 /// A type that embeds a [`Timer`] and handles its expiry.
 pub(crate) trait TimerOwner: Send + Sync + 'static {
-    /// Called in softirq context when the embedded timer fires.
-    fn timer_fired(&self);
+    /// Called in softirq context when the embedded timer `id` fires.
+    fn timer_fired(&self, id: u32);
 }
 
 impl Timer {
-    /// A timer for an owner of type `T` that embeds it; [`Timer::bind`] connects them.
-    pub(crate) fn for_owner<T: TimerOwner>() -> impl PinInit<Self> {
-        Self::new(Self::owner_expired::<T>, 0)
+    /// Timer `ID` of an owner of type `T` that embeds it; [`Timer::bind`] connects them.
+    pub(crate) fn for_owner<T: TimerOwner, const ID: u32>() -> impl PinInit<Self> {
+        Self::new(Self::owner_expired::<T, ID>, 0)
     }
 
-    /// Connects this timer (created by [`Timer::for_owner::<T>`]) to `owner`, which must embed
+    /// Connects this timer (created by [`Timer::for_owner`]) to `owner`, which must embed
     /// it: `EINVAL` otherwise. From then on expiry calls `owner.timer_fired()`. The owner must
     /// call [`Timer::shutdown_sync`] before it starts dropping its other fields.
     pub(crate) fn bind<T: TimerOwner>(&self, owner: &kernel::sync::Arc<T>) -> Result {
@@ -115,7 +115,7 @@ impl Timer {
         Ok(())
     }
 
-    fn owner_expired<T: TimerOwner>(ctx: usize) {
+    fn owner_expired<T: TimerOwner, const ID: u32>(ctx: usize) {
         if ctx == 0 {
             return;
         }
@@ -123,7 +123,7 @@ impl Timer {
         // Arc allocation never moves, and the owner shuts the timer down (waiting for this
         // callback) before any of its fields is dropped, so `T` is alive here.
         let owner = unsafe { &*(ctx as *const T) };
-        owner.timer_fired();
+        owner.timer_fired(ID);
     }
 }
 

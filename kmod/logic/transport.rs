@@ -92,7 +92,12 @@ pub const GRH_LEN: usize = 40;
 /// Largest message (IBTA: 2^31).
 pub const MAX_MSG: u64 = 1 << 31;
 /// RC requester window: unacknowledged packets in flight at most.
-pub const RC_WINDOW: u32 = 1024;
+pub const RC_WINDOW: u32 = 512;
+/// READ response packets the responder emits per call before yielding to the caller, who
+/// continues later ([`Engine::run_responder`]): a 1 MiB READ must not flood the path at once.
+pub const READ_BURST: u32 = 128;
+/// Responses (READ, atomic) the responder can have queued.
+pub const RESP_QUEUE: usize = 16;
 /// The requester asks for an ACK at least every this many packets.
 pub const ACK_REQ_EVERY: u32 = 64;
 /// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
@@ -374,9 +379,24 @@ enum InMsg {
     Write,
 }
 
+/// A response the responder still owes, in PSN order.
+#[derive(Clone, Copy, Debug, Default)]
+enum Owed {
+    #[default]
+    Nothing,
+    /// READ response packets `next..count` of a READ at `psn`.
+    Read { rkey: u32, va: u64, len: u32, psn: Psn, next: u32, count: u32, msn: u32 },
+    /// An atomic acknowledge.
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
 /// Responder state.
 #[derive(Debug)]
 struct Responder {
+    /// Responses owed, oldest first (a ring of [`RESP_QUEUE`]).
+    owed: [Owed; RESP_QUEUE],
+    owed_head: usize,
+    owed_len: usize,
     epsn: Psn,
     msn: u32,
     in_msg: InMsg,
@@ -402,6 +422,9 @@ struct Responder {
 impl Responder {
     fn new() -> Self {
         Responder {
+            owed: [Owed::Nothing; RESP_QUEUE],
+            owed_head: 0,
+            owed_len: 0,
             epsn: Psn::ZERO,
             msn: 0,
             in_msg: InMsg::None,
@@ -1171,6 +1194,10 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
 
     /// Sends the coalesced ACK, if one is pending.
     pub fn flush_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8]) {
+        if self.resp.owed_len > 0 {
+            // Responses go out in PSN order: the ACK waits for the owed READ/atomic responses.
+            return;
+        }
         if let Some(p) = self.resp.ack_pending.take() {
             let a = Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED);
             self.send_ack(env, scratch, p, a);
@@ -1440,36 +1467,102 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
             return;
         }
         let Some(seg) = Segmentation::new(reth.len, self.cfg.mtu) else { return };
-        if !duplicate {
-            self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
-        }
-        for s in seg.iter() {
-            let opc = read_resp_opcode(s.position);
-            let mut h = Headers::new(Bth {
-                opcode: opc,
-                pkey: BTH_DEF_PKEY,
-                dest_qp: self.cfg.dest_qpn,
-                psn: s.psn(psn),
-                ..Bth::default()
-            });
-            if s.position != Position::Middle {
-                h.aeth = Some(Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED));
+        if duplicate {
+            // A repeated READ (its responses were lost): answer it again, from memory as it is.
+            let owed = Owed::Read { rkey: reth.rkey, va: reth.va, len: reth.len, psn, next: 0, count: seg.count(), msn: self.resp.msn };
+            let mut o = owed;
+            while !matches!(o, Owed::Nothing) {
+                o = self.emit_owed(env, scratch, o);
             }
-            let (rkey, va) = (reth.rkey, reth.va.wrapping_add(u64::from(s.offset)));
-            let r = assemble(scratch, &h, s.len as usize, |buf| {
-                env.mem_read(rkey, va, buf, Access::RemoteRead).map_err(|_| wc_status::REM_ACCESS_ERR)
-            });
-            match r {
-                Ok(len) => env.emit(&scratch[..len], Dest::Connected),
-                Err(_) => {
-                    // The MR went away mid-read.
-                    self.remote_access_error(env, scratch, s.psn(psn));
-                    return;
+            return;
+        }
+        let limit = usize::from(self.cfg.max_dest_rd_atomic).min(RESP_QUEUE);
+        if self.resp.owed_len >= limit {
+            // More READ/atomic requests outstanding than max_dest_rd_atomic allows.
+            self.nak(env, scratch, psn, NakCode::InvalidRequest);
+            self.fatal(env, false);
+            return;
+        }
+        self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
+        self.resp.epsn = psn.wrapping_add(seg.count());
+        let owed = Owed::Read { rkey: reth.rkey, va: reth.va, len: reth.len, psn, next: 0, count: seg.count(), msn: self.resp.msn };
+        self.push_owed(owed);
+        self.run_responder(env, scratch, READ_BURST);
+    }
+
+    fn push_owed(&mut self, o: Owed) {
+        let i = (self.resp.owed_head + self.resp.owed_len) % RESP_QUEUE;
+        self.resp.owed[i] = o;
+        self.resp.owed_len += 1;
+    }
+
+    /// Whether READ/atomic responses are still owed ([`Engine::run_responder`] sends them).
+    pub fn responder_pending(&self) -> bool {
+        self.resp.owed_len > 0
+    }
+
+    /// Sends up to `budget` owed response packets, oldest first, then the coalesced ACK once
+    /// nothing is owed. Returns the packets sent.
+    pub fn run_responder<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
+        let mut sent = 0;
+        while sent < budget && self.resp.owed_len > 0 {
+            let o = self.resp.owed[self.resp.owed_head];
+            let rest = self.emit_owed(env, scratch, o);
+            sent += 1;
+            if matches!(rest, Owed::Nothing) {
+                self.resp.owed[self.resp.owed_head] = Owed::Nothing;
+                self.resp.owed_head = (self.resp.owed_head + 1) % RESP_QUEUE;
+                self.resp.owed_len -= 1;
+            } else {
+                self.resp.owed[self.resp.owed_head] = rest;
+            }
+        }
+        if self.resp.owed_len == 0 {
+            self.flush_ack(env, scratch);
+        }
+        sent
+    }
+
+    /// Sends one packet of `o`; returns what is still owed of it.
+    fn emit_owed<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], o: Owed) -> Owed {
+        match o {
+            Owed::Nothing => Owed::Nothing,
+            Owed::Atomic { psn, orig, msn } => {
+                self.send_atomic_ack(env, scratch, psn, orig, msn);
+                Owed::Nothing
+            }
+            Owed::Read { rkey, va, len, psn, next, count, msn } => {
+                let Some(seg) = Segmentation::new(len, self.cfg.mtu) else { return Owed::Nothing };
+                let Some(s) = seg.segment(next) else { return Owed::Nothing };
+                let mut h = Headers::new(Bth {
+                    opcode: read_resp_opcode(s.position),
+                    pkey: BTH_DEF_PKEY,
+                    dest_qp: self.cfg.dest_qpn,
+                    psn: s.psn(psn),
+                    ..Bth::default()
+                });
+                if s.position != Position::Middle {
+                    h.aeth = Some(Aeth::ack(msn, AETH_ACK_UNLIMITED));
+                }
+                let at = va.wrapping_add(u64::from(s.offset));
+                let r = assemble(scratch, &h, s.len as usize, |buf| {
+                    env.mem_read(rkey, at, buf, Access::RemoteRead).map_err(|_| wc_status::REM_ACCESS_ERR)
+                });
+                match r {
+                    Ok(n) => env.emit(&scratch[..n], Dest::Connected),
+                    Err(_) => {
+                        // The MR went away under the READ.
+                        let p = s.psn(psn);
+                        self.nak(env, scratch, p, NakCode::RemoteAccessError);
+                        return Owed::Nothing;
+                    }
+                }
+                if next + 1 >= count {
+                    Owed::Nothing
+                } else {
+                    Owed::Read { rkey, va, len, psn, next: next + 1, count, msn }
                 }
             }
-        }
-        if !duplicate {
-            self.resp.epsn = psn.wrapping_add(seg.count());
         }
     }
 
@@ -1500,10 +1593,15 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
         self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
         self.resp.last_atomic = Some((psn, orig));
         self.resp.epsn = psn.next();
-        self.send_atomic_ack(env, scratch, psn, orig);
+        let msn = self.resp.msn;
+        if self.resp.owed_len == 0 {
+            self.send_atomic_ack(env, scratch, psn, orig, msn);
+        } else if self.resp.owed_len < RESP_QUEUE {
+            self.push_owed(Owed::Atomic { psn, orig, msn });
+        }
     }
 
-    fn send_atomic_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, orig: u64) {
+    fn send_atomic_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, orig: u64, msn: u32) {
         let mut h = Headers::new(Bth {
             opcode: opcode::RC_ATOMIC_ACKNOWLEDGE,
             pkey: BTH_DEF_PKEY,
@@ -1511,7 +1609,7 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
             psn,
             ..Bth::default()
         });
-        h.aeth = Some(Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED));
+        h.aeth = Some(Aeth::ack(msn, AETH_ACK_UNLIMITED));
         h.atmack = Some(AtomicAckEth { orig });
         if let Ok(len) = assemble(scratch, &h, 0, |_| Ok(())) {
             env.emit(&scratch[..len], Dest::Connected);
@@ -1525,7 +1623,8 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
             Operation::CompareSwap | Operation::FetchAdd => {
                 if let Some((p, orig)) = self.resp.last_atomic {
                     if p == psn {
-                        self.send_atomic_ack(env, scratch, psn, orig);
+                        let msn = self.resp.msn;
+                        self.send_atomic_ack(env, scratch, psn, orig, msn);
                     }
                 }
             }

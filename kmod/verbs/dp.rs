@@ -381,6 +381,9 @@ pub(crate) struct QpInner {
     /// The RNR timer; first, so that it is shut down before anything else is dropped.
     #[pin]
     timer: crate::ib::timer::Timer,
+    /// Paces owed READ responses on the wire (fires on the next tick).
+    #[pin]
+    pace: crate::ib::timer::Timer,
     pub(crate) qpn: u32,
     pd: usize,
     #[pin]
@@ -423,7 +426,8 @@ impl QpInner {
             srq: p.srq,
             ev: p.ev,
             fabric: p.fabric,
-            timer <- crate::ib::timer::Timer::for_owner::<QpInner>(),
+            timer <- crate::ib::timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
+            pace <- crate::ib::timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
         }? Error))
     }
 
@@ -437,9 +441,37 @@ impl QpInner {
         self.srq.as_ref().map_or(0, |s| s.max_sge)
     }
 
-    /// Stops the RNR timer for good (before the QP is freed).
+    /// Stops the timers for good (before the QP is freed).
     pub(crate) fn shutdown(&self) {
         self.timer.shutdown_sync();
+        self.pace.shutdown_sync();
+    }
+
+    /// Sends owed READ responses: all at once to ourselves, a burst per tick on the wire.
+    fn run_responder(&self, d: &mut QpData, cx: &mut Ctx<'_>) {
+        if !d.eng.responder_pending() {
+            return;
+        }
+        let budget = if d.path.is_some_and(|p| p.loopback) { u32::MAX } else { tp::READ_BURST };
+        d.eng.run_responder(cx, &mut d.scratch, budget);
+        if d.eng.responder_pending() {
+            self.pace.arm(0);
+        }
+    }
+
+    fn pace_expired(&self) {
+        with_bh_disabled(|| {
+            let mut out = Outbox::new();
+            {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                let mut rq_cons = d.rq_cons;
+                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut rq_cons };
+                self.run_responder(d, &mut cx);
+                d.rq_cons = rq_cons;
+            }
+            deliver(&self.fabric, &mut out);
+        });
     }
 
     /// Applies a committed modify_qp to the engine: configuration, path, PSNs and state.
@@ -570,6 +602,7 @@ impl QpInner {
         {
             let mut cx = Ctx { qp: self, path: d.path, out, rq_cons: &mut rq_cons };
             let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
+            self.run_responder(d, &mut cx);
             d.eng.flush_ack(&mut cx, &mut d.scratch);
             if go {
                 self.pull_sq(d, &mut cx);
@@ -609,15 +642,22 @@ impl QpInner {
     }
 }
 
+const TIMER_RNR: u32 = 0;
+const TIMER_PACE: u32 = 1;
+
 impl crate::ib::timer::TimerOwner for QpInner {
-    fn timer_fired(&self) {
-        self.rnr_expired();
+    fn timer_fired(&self, id: u32) {
+        if id == TIMER_RNR {
+            self.rnr_expired();
+        } else {
+            self.pace_expired();
+        }
     }
 }
 
 /// Loopback packets waiting for delivery.
 pub(crate) struct Outbox {
-    pkts: KVec<KVec<u8>>,
+    pkts: KVec<(KVec<u8>, [u8; tp::GRH_LEN])>,
 }
 
 impl Outbox {
@@ -630,17 +670,17 @@ impl Outbox {
 fn deliver(fabric: &Fabric, out: &mut Outbox) {
     let mut i = 0;
     while i < out.pkts.len() {
-        let bytes = core::mem::take(&mut out.pkts[i]);
+        let (bytes, grh) = core::mem::replace(&mut out.pkts[i], (KVec::new(), [0; tp::GRH_LEN]));
         i += 1;
-        // `bytes` is freed right after use; only the small list headers accumulate.
-        rx_packet(fabric, &bytes, None, out);
+        // `bytes` is freed right after use; only the small list entries accumulate.
+        rx_packet(fabric, &bytes, grh, out);
     }
     out.pkts = KVec::new();
 }
 
 /// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `grh` is the GRH a
 /// UD receiver gets; loopback packets synthesise one.
-pub(crate) fn rx_packet(fabric: &Fabric, bytes: &[u8], grh: Option<[u8; tp::GRH_LEN]>, out: &mut Outbox) {
+pub(crate) fn rx_packet(fabric: &Fabric, bytes: &[u8], grh: [u8; tp::GRH_LEN], out: &mut Outbox) {
     let pkt = match Packet::parse(bytes) {
         Ok(p) => p,
         Err(_) => {
@@ -651,15 +691,6 @@ pub(crate) fn rx_packet(fabric: &Fabric, bytes: &[u8], grh: Option<[u8; tp::GRH_
     let Some(qp) = fabric.qps.get(pkt.bth().dest_qp) else {
         bump(&fabric.counters.rx_no_qp);
         return;
-    };
-    let grh = match grh {
-        Some(g) => g,
-        None => {
-            let d = qp.st.lock();
-            let g = d.path.map(|p| loopback_grh(&p, bytes.len())).unwrap_or([0; tp::GRH_LEN]);
-            drop(d);
-            g
-        }
     };
     qp.rx(&pkt, &RxInfo { grh }, out);
 }
@@ -766,7 +797,8 @@ impl Env for Ctx<'_> {
         };
         if path.loopback {
             let mut v = KVec::new();
-            if v.extend_from_slice(pkt, GFP_ATOMIC).is_err() || self.out.pkts.push(v, GFP_ATOMIC).is_err() {
+            let grh = loopback_grh(&path, pkt.len());
+            if v.extend_from_slice(pkt, GFP_ATOMIC).is_err() || self.out.pkts.push((v, grh), GFP_ATOMIC).is_err() {
                 bump(&fab.counters.alloc_fail);
             }
             return;
@@ -812,6 +844,6 @@ pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
     let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
     let grh = tp::make_grh(meta.sgid, meta.dgid, meta.tclass, meta.hop_limit, meta.flow_label, pkt.len());
     let mut out = Outbox::new();
-    rx_packet(&fabric, pkt, Some(grh), &mut out);
+    rx_packet(&fabric, pkt, grh, &mut out);
     deliver(&fabric, &mut out);
 }

@@ -196,6 +196,8 @@ impl Pair {
         for _ in 0..100_000 {
             let mut moved = self.a.run_requester(&mut self.sa, &mut self.scratch, 16) > 0;
             moved |= self.b.run_requester(&mut self.sb, &mut self.scratch, 16) > 0;
+            moved |= self.a.run_responder(&mut self.sa, &mut self.scratch, 16) > 0;
+            moved |= self.b.run_responder(&mut self.sb, &mut self.scratch, 16) > 0;
             for from_a in [true, false] {
                 let pkts: Vec<_> = if from_a { self.sa.out.drain(..).collect() } else { self.sb.out.drain(..).collect() };
                 for (bytes, _dest) in pkts {
@@ -302,6 +304,33 @@ fn rc_write_read_atomics() {
     assert_eq!(bytes(&p.sa, 0x200, 0x2000_1000, 8), before.to_ne_bytes().to_vec());
     let after = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0008, 8).try_into().unwrap());
     assert_eq!(after, before.wrapping_add(5));
+}
+
+#[test]
+fn rc_big_read_is_paced_and_acks_stay_in_order() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    let mut r = signaled(wr_opcode::RDMA_READ, 1, 1);
+    r.remote_addr = 0x1000_0000;
+    r.rkey = 0x100;
+    p.post_send(r, &[Sge { addr: 0x2000_0000, length: 1 << 20, lkey: 0x200 }], &[]);
+    p.sb.rq.push_back(recv(5, 0x2010_0000, 100, 0x200));
+    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    // One requester step: the READ request and the SEND reach the responder, which owes
+    // 1024 READ response packets but sends at most READ_BURST of them at once.
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    let pkts: Vec<_> = p.sa.out.drain(..).collect();
+    for (b, _) in &pkts {
+        let pkt = Packet::parse(b).unwrap();
+        p.b.rx(&mut p.sb, &mut p.scratch, &pkt, &RxInfo { grh: [0; GRH_LEN] });
+        p.b.flush_ack(&mut p.sb, &mut p.scratch);
+    }
+    assert!(p.sb.out.len() as u32 <= READ_BURST, "{} packets at once", p.sb.out.len());
+    assert!(p.b.responder_pending());
+    // No ACK overtakes the owed READ responses.
+    assert!(p.sb.out.iter().all(|(b, _)| Packet::parse(b).unwrap().info().op != rrxe_host_tests::logic::opcode::Operation::Acknowledge));
+    p.run();
+    assert_eq!(p.sa.send_cq.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, 0), (2, 0)]);
+    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 1 << 20), bytes(&p.sb, 0x100, 0x1000_0000, 1 << 20));
 }
 
 #[test]
