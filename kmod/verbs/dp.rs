@@ -431,9 +431,10 @@ impl QpInner {
         }? Error))
     }
 
-    /// Connects the RNR timer to this QP (right after creation).
+    /// Connects the timers to this QP (right after creation).
     pub(crate) fn bind_timer(&self, me: &Arc<QpInner>) -> Result {
-        self.timer.bind(me)
+        self.timer.bind(me)?;
+        self.pace.bind(me)
     }
 
     /// The SRQ's SGE limit (0 without an SRQ).
