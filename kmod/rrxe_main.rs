@@ -4,6 +4,8 @@
 //! Layout: `logic/` is the pure core (host-tested), `ib/` the only `unsafe` code (safe types
 //! over ib_core and the netdev core), `verbs/` the driver written against both.
 
+#![recursion_limit = "256"]
+
 use kernel::{prelude::*, sync::Arc};
 
 mod ib;

@@ -18,7 +18,7 @@ pub(crate) struct RrxeAh {
     num: u32,
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, avec: &AddressVector, udata: Option<&Udata>) -> Result<RrxeAh> {
+pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udata: Option<&Udata>) -> Result<RrxeAh> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -39,7 +39,7 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, avec: &AddressVector, uda
                 u.respond(&uapi::CreateAhResp { ah_num: num, reserved: 0 })?;
             }
         }
-        data.fabric.ahs.insert(num, Arc::new(AhInner { path }, GFP_KERNEL)?)
+        data.fabric.ahs.insert(num, Arc::new(AhInner { path, pd: pd as *const RrxePd as usize }, GFP_KERNEL)?)
     })();
     if let Err(e) = r {
         data.free_ah_num(num);

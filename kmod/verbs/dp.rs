@@ -114,6 +114,8 @@ pub(crate) struct MrInner {
 /// An address handle as the data path sees it.
 pub(crate) struct AhInner {
     pub(crate) path: Path,
+    /// The PD the AH was created in: a UD WQE may only name an AH of its QP's PD.
+    pub(crate) pd: usize,
 }
 
 /// Per-device data-path state, shared with the receive path.
@@ -386,6 +388,7 @@ pub(crate) struct QpInner {
     pace: crate::ib::timer::Timer,
     pub(crate) qpn: u32,
     pd: usize,
+    max_recv_sge: u32,
     #[pin]
     pub(crate) st: SpinLock<QpData>,
     sq: Option<(SharedRing, u32, usize)>,
@@ -401,6 +404,7 @@ pub(crate) struct QpInner {
 pub(crate) struct QpParts {
     pub(crate) qpn: u32,
     pub(crate) pd: usize,
+    pub(crate) max_recv_sge: u32,
     pub(crate) eng: Eng,
     pub(crate) sq: Option<(SharedRing, u32, usize)>,
     pub(crate) rq: Option<(SharedRing, u32, usize)>,
@@ -418,6 +422,7 @@ impl QpInner {
         Ok(try_pin_init!(QpInner {
             qpn: p.qpn,
             pd: p.pd,
+            max_recv_sge: p.max_recv_sge,
             st <- new_spinlock!(data, "rrxe:qp"),
             sq: p.sq,
             rq: p.rq,
@@ -781,7 +786,7 @@ impl Env for Ctx<'_> {
                     return;
                 }
             },
-            Dest::Ah(n) => match fab.ahs.get(n) {
+            Dest::Ah(n) => match fab.ahs.get(n).filter(|a| a.pd == self.qp.pd) {
                 Some(a) => {
                     let dqpn = crate::logic::wire::Bth::from_bytes(match pkt.get(..12).and_then(|b| b.try_into().ok()) {
                         Some(b) => b,
@@ -831,8 +836,7 @@ impl Env for Ctx<'_> {
             return srq.take(out);
         }
         let Some((ring, slots, slot_size)) = &self.qp.rq else { return RecvTake::Empty };
-        let max_sge = (*slot_size - core::mem::size_of::<uapi::RecvWqe>()) / core::mem::size_of::<uapi::Sge>();
-        take_from_ring(ring, *slots, *slot_size, self.rq_cons, max_sge as u32, out)
+        take_from_ring(ring, *slots, *slot_size, self.rq_cons, self.qp.max_recv_sge, out)
     }
 
     fn arm_rnr_timer(&mut self, usecs: u32) {

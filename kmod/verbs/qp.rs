@@ -210,6 +210,7 @@ pub(super) fn create(
     let parts = QpParts {
         qpn,
         pd: pd as *const RrxePd as usize,
+        max_recv_sge: init.cap.max_recv_sge,
         eng,
         sq,
         rq,
