@@ -24,6 +24,9 @@ test-host:
 test-vm: build
 	tests/vm/run-all
 
+bench: build
+	scripts/vm-run --bare --timeout 900 -- $(CURDIR)/scripts/bench
+
 test: build
 	scripts/test-host
 	tests/vm/run-all

@@ -69,8 +69,6 @@ pub(crate) struct QpInit {
     pub(crate) create_flags: u32,
     pub(crate) has_xrcd: bool,
     pub(crate) has_rwq_ind_tbl: bool,
-    pub(crate) has_send_cq: bool,
-    pub(crate) has_recv_cq: bool,
     pub(crate) source_qpn: u32,
 }
 
@@ -193,8 +191,8 @@ pub(crate) use super::umem::Umem;
 
 /// The objects a new QP is attached to.
 pub(crate) struct QpLinks<'a, T: IbDriver> {
-    pub(crate) send_cq: &'a T::Cq,
-    pub(crate) recv_cq: &'a T::Cq,
+    pub(crate) send_cq: Option<&'a T::Cq>,
+    pub(crate) recv_cq: Option<&'a T::Cq>,
     pub(crate) srq: Option<&'a T::Srq>,
     pub(crate) this: QpRef,
 }
@@ -490,20 +488,15 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
             create_flags: ia.create_flags,
             has_xrcd: !ia.xrcd.is_null(),
             has_rwq_ind_tbl: !ia.rwq_ind_tbl.is_null(),
-            has_send_cq: !ia.send_cq.is_null(),
-            has_recv_cq: !ia.recv_cq.is_null(),
             source_qpn: ia.source_qpn,
         };
         // SAFETY: a user or kernel QP always has its PD set by ib_core, and it is ours; the
         // CQs (checked non-NULL) and the SRQ, when given, are live objects of ours that ib_core
         // keeps referenced (usecnt) for the QP's lifetime.
         let (pd, links) = unsafe {
-            if ia.send_cq.is_null() || ia.recv_cq.is_null() {
-                return Err(EINVAL);
-            }
             let links = QpLinks::<T> {
-                send_cq: CqObj::<T>::data(ia.send_cq),
-                recv_cq: CqObj::<T>::data(ia.recv_cq),
+                send_cq: if ia.send_cq.is_null() { None } else { Some(CqObj::<T>::data(ia.send_cq)) },
+                recv_cq: if ia.recv_cq.is_null() { None } else { Some(CqObj::<T>::data(ia.recv_cq)) },
                 srq: if ia.srq.is_null() { None } else { Some(SrqObj::<T>::data(ia.srq)) },
                 this: QpRef(qp),
             };

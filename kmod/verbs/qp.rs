@@ -156,9 +156,9 @@ pub(super) fn create(
     if init.create_flags != 0 || init.has_xrcd || init.has_rwq_ind_tbl || init.source_qpn != 0 {
         return Err(crate::ib::eopnotsupp());
     }
-    if !init.has_send_cq || !init.has_recv_cq {
+    let (Some(send_cq), Some(recv_cq)) = (links.send_cq, links.recv_cq) else {
         return Err(EINVAL);
-    }
+    };
     qp_attr::check_caps(&init.cap, init.has_srq, &limits()).map_err(|e| errno(e.errno()))?;
     if init.has_srq {
         init.cap.max_recv_wr = 0;
@@ -214,8 +214,8 @@ pub(super) fn create(
         eng,
         sq,
         rq,
-        send_cq: links.send_cq.inner.clone(),
-        recv_cq: links.recv_cq.inner.clone(),
+        send_cq: send_cq.inner.clone(),
+        recv_cq: recv_cq.inner.clone(),
         srq,
         ev: links.this,
         fabric: data.fabric.clone(),
