@@ -22,62 +22,10 @@ use crate::logic::{
         Syndrome, AETH_ACK_UNLIMITED, BTH_DEF_PKEY,
     },
 };
+pub use crate::uapi::{send_flags, wc_flags, wc_opcode, wc_status, wr_opcode};
 use crate::uapi::{Cqe, RecvWqe, SendWqe, Sge};
 use core::mem::{offset_of, size_of};
 use core::ops::DerefMut;
-
-/// `enum ibv_wc_status` values.
-pub mod wc_status {
-    pub const SUCCESS: u32 = 0;
-    pub const LOC_LEN_ERR: u32 = 1;
-    pub const LOC_QP_OP_ERR: u32 = 2;
-    pub const LOC_PROT_ERR: u32 = 4;
-    pub const WR_FLUSH_ERR: u32 = 5;
-    pub const BAD_RESP_ERR: u32 = 7;
-    pub const LOC_ACCESS_ERR: u32 = 8;
-    pub const REM_INV_REQ_ERR: u32 = 9;
-    pub const REM_ACCESS_ERR: u32 = 10;
-    pub const REM_OP_ERR: u32 = 11;
-    pub const RETRY_EXC_ERR: u32 = 12;
-    pub const RNR_RETRY_EXC_ERR: u32 = 13;
-    pub const GENERAL_ERR: u32 = 21;
-}
-
-/// `enum ibv_wc_opcode` values.
-pub mod wc_opcode {
-    pub const SEND: u32 = 0;
-    pub const RDMA_WRITE: u32 = 1;
-    pub const RDMA_READ: u32 = 2;
-    pub const COMP_SWAP: u32 = 3;
-    pub const FETCH_ADD: u32 = 4;
-    pub const RECV: u32 = 128;
-    pub const RECV_RDMA_WITH_IMM: u32 = 129;
-}
-
-/// `IBV_WC_*` completion flags (libibverbs values, not the kernel's `IB_WC_*`).
-pub mod wc_flags {
-    pub const GRH: u32 = 1 << 0;
-    pub const WITH_IMM: u32 = 1 << 1;
-}
-
-/// `enum ibv_wr_opcode` values.
-pub mod wr_opcode {
-    pub const RDMA_WRITE: u32 = 0;
-    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
-    pub const SEND: u32 = 2;
-    pub const SEND_WITH_IMM: u32 = 3;
-    pub const RDMA_READ: u32 = 4;
-    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
-    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
-}
-
-/// `IBV_SEND_*` flags.
-pub mod send_flags {
-    pub const FENCE: u32 = 1 << 0;
-    pub const SIGNALED: u32 = 1 << 1;
-    pub const SOLICITED: u32 = 1 << 2;
-    pub const INLINE: u32 = 1 << 3;
-}
 
 /// `IB_ACCESS_*` bits of an MR or a QP.
 pub mod access {
@@ -151,8 +99,8 @@ pub enum AtomicOp {
 pub enum Dest {
     /// The connected peer of the QP (its path).
     Connected,
-    /// A UD destination: the address handle number of the WQE.
-    Ah(u32),
+    /// A UD destination: the address handle number and destination QP of the WQE.
+    Ah { ah: u32, qpn: u32 },
 }
 
 /// Which completion queue.
@@ -812,9 +760,8 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
         let idx = self.sq.head & self.sq.mask;
         let i = idx as usize * self.sq.slot_size;
         let slot = &self.sq.slots.deref()[i..i + self.sq.slot_size];
+        let (wr_id, opcode) = decode_send_wqe(slot).map_or((0, 0), |w| (w.wr_id, w.opcode));
         let r = check_send_wqe(&self.cfg, slot);
-        let wr_id = decode_send_wqe(slot).map_or(0, |w| w.wr_id);
-        let opcode = decode_send_wqe(slot).map_or(0, |w| w.opcode);
         self.sq.head = self.sq.head.wrapping_add(1);
         match r {
             Ok((_, e)) => {
@@ -1074,7 +1021,7 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
                 sg_copy(env, |i| src.sge(i), n, u64::from(pay_off), buf, true)
             }
         })?;
-        let dest = if cfg.qp_type == QpType::Ud { Dest::Ah(w.ah_num) } else { Dest::Connected };
+        let dest = if cfg.qp_type == QpType::Ud { Dest::Ah { ah: w.ah_num, qpn: w.remote_qpn } } else { Dest::Connected };
         env.emit(&scratch[..len], dest);
         Ok(())
     }
@@ -1486,8 +1433,8 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Engine<B, M> {
         self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
         self.resp.epsn = psn.wrapping_add(seg.count());
         let owed = Owed::Read { rkey: reth.rkey, va: reth.va, len: reth.len, psn, next: 0, count: seg.count(), msn: self.resp.msn };
+        // Sent by the caller's `run_responder`, which paces it.
         self.push_owed(owed);
-        self.run_responder(env, scratch, READ_BURST);
     }
 
     fn push_owed(&mut self, o: Owed) {

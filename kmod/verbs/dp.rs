@@ -46,7 +46,8 @@ const CONS: usize = offset_of!(RingHeader, consumer);
 const FLAGS: usize = offset_of!(RingHeader, flags);
 const HDR: usize = uapi::RING_HEADER_SIZE;
 
-/// Device-wide data-path counters (drops and errors; read through debug output).
+/// Device-wide data-path drop and error counters (not exported yet: a counters interface
+/// (rdma statistic / hw_counters) is future work; the engine keeps per-QP counters too).
 #[derive(Default)]
 pub(crate) struct DpCounters {
     pub(crate) rx_no_qp: AtomicU64,
@@ -554,17 +555,12 @@ impl QpInner {
         let mut rq_cons = d.rq_cons;
         let more = {
             let mut cx = Ctx { qp: self, path: d.path, out, rq_cons: &mut rq_cons };
-            let mut more_ring = self.pull_sq(d, &mut cx);
+            let ring_left = self.pull_sq(d, &mut cx);
             d.eng.flush_if_err(&mut cx);
             let sent = d.eng.run_requester(&mut cx, &mut d.scratch, BUDGET);
-            if sent == BUDGET && d.eng.requester_ready() {
-                more_ring = true;
-            } else if more_ring && d.eng.sq_room() > 0 {
-                more_ring = true;
-            } else {
-                more_ring = false;
-            }
-            more_ring
+            // Another pass helps when the budget ran out, or when WQEs wait in the ring and
+            // sending made room for them.
+            (sent == BUDGET && d.eng.requester_ready()) || (ring_left && d.eng.sq_room() > 0)
         };
         d.rq_cons = rq_cons;
         more
@@ -786,15 +782,8 @@ impl Env for Ctx<'_> {
                     return;
                 }
             },
-            Dest::Ah(n) => match fab.ahs.get(n).filter(|a| a.pd == self.qp.pd) {
-                Some(a) => {
-                    let dqpn = crate::logic::wire::Bth::from_bytes(match pkt.get(..12).and_then(|b| b.try_into().ok()) {
-                        Some(b) => b,
-                        None => return,
-                    })
-                    .dest_qp;
-                    (a.path, roce::udp_sport(a.path.av.flow_label, self.qp.qpn, dqpn))
-                }
+            Dest::Ah { ah, qpn } => match fab.ahs.get(ah).filter(|a| a.pd == self.qp.pd) {
+                Some(a) => (a.path, roce::udp_sport(a.path.av.flow_label, self.qp.qpn, qpn)),
                 None => {
                     bump(&fab.counters.tx_no_ah);
                     return;

@@ -129,6 +129,60 @@ pub struct Cqe {
     pub reserved: [u8; 18],
 }
 
+/// `enum ibv_wc_status` values a [`Cqe::status`] carries (libibverbs' numbering; the
+/// provider's tests check each against libibverbs' headers).
+pub mod wc_status {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+    pub const BAD_RESP_ERR: u32 = 7;
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const REM_OP_ERR: u32 = 11;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
+    pub const GENERAL_ERR: u32 = 21;
+}
+
+/// `enum ibv_wc_opcode` values.
+pub mod wc_opcode {
+    pub const SEND: u32 = 0;
+    pub const RDMA_WRITE: u32 = 1;
+    pub const RDMA_READ: u32 = 2;
+    pub const COMP_SWAP: u32 = 3;
+    pub const FETCH_ADD: u32 = 4;
+    pub const RECV: u32 = 128;
+    pub const RECV_RDMA_WITH_IMM: u32 = 129;
+}
+
+/// `IBV_WC_*` completion flags (libibverbs values, not the kernel's `IB_WC_*`).
+pub mod wc_flags {
+    pub const GRH: u32 = 1 << 0;
+    pub const WITH_IMM: u32 = 1 << 1;
+}
+
+/// `enum ibv_wr_opcode` values.
+pub mod wr_opcode {
+    pub const RDMA_WRITE: u32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    pub const SEND: u32 = 2;
+    pub const SEND_WITH_IMM: u32 = 3;
+    pub const RDMA_READ: u32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+}
+
+/// `IBV_SEND_*` flags.
+pub mod send_flags {
+    pub const FENCE: u32 = 1 << 0;
+    pub const SIGNALED: u32 = 1 << 1;
+    pub const SOLICITED: u32 = 1 << 2;
+    pub const INLINE: u32 = 1 << 3;
+}
+
 /// Bytes per CQ slot.
 pub const CQE_SIZE: usize = 64;
 

@@ -292,3 +292,48 @@ fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
     assert_eq!(offset_of!(verbs_qp, comp_mask), 352);
     assert_eq!(offset_of!(verbs_mr, mr_type), 48);
 }
+
+/// The completion and work-request values the kernel writes into (and reads from) the shared
+/// rings are declared once, in `rrxe_uapi`; they must be libibverbs' own numbers.
+#[test]
+fn uapi_ring_values_are_libibverbs_values() {
+    use rrxe_uapi::{send_flags as sf, wc_flags as wf, wc_opcode as wo, wc_status as ws, wr_opcode as wr};
+    let pairs: &[(u32, u32)] = &[
+        (ws::SUCCESS, IBV_WC_SUCCESS),
+        (ws::LOC_LEN_ERR, IBV_WC_LOC_LEN_ERR),
+        (ws::LOC_QP_OP_ERR, IBV_WC_LOC_QP_OP_ERR),
+        (ws::LOC_PROT_ERR, IBV_WC_LOC_PROT_ERR),
+        (ws::WR_FLUSH_ERR, IBV_WC_WR_FLUSH_ERR),
+        (ws::BAD_RESP_ERR, IBV_WC_BAD_RESP_ERR),
+        (ws::LOC_ACCESS_ERR, IBV_WC_LOC_ACCESS_ERR),
+        (ws::REM_INV_REQ_ERR, IBV_WC_REM_INV_REQ_ERR),
+        (ws::REM_ACCESS_ERR, IBV_WC_REM_ACCESS_ERR),
+        (ws::REM_OP_ERR, IBV_WC_REM_OP_ERR),
+        (ws::RETRY_EXC_ERR, IBV_WC_RETRY_EXC_ERR),
+        (ws::RNR_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR),
+        (ws::GENERAL_ERR, IBV_WC_GENERAL_ERR),
+        (wo::SEND, IBV_WC_SEND),
+        (wo::RDMA_WRITE, IBV_WC_RDMA_WRITE),
+        (wo::RDMA_READ, IBV_WC_RDMA_READ),
+        (wo::COMP_SWAP, IBV_WC_COMP_SWAP),
+        (wo::FETCH_ADD, IBV_WC_FETCH_ADD),
+        (wo::RECV, IBV_WC_RECV),
+        (wo::RECV_RDMA_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM),
+        (wf::GRH, IBV_WC_GRH),
+        (wf::WITH_IMM, IBV_WC_WITH_IMM),
+        (wr::RDMA_WRITE, IBV_WR_RDMA_WRITE),
+        (wr::RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM),
+        (wr::SEND, IBV_WR_SEND),
+        (wr::SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM),
+        (wr::RDMA_READ, IBV_WR_RDMA_READ),
+        (wr::ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP),
+        (wr::ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD),
+        (sf::FENCE, IBV_SEND_FENCE),
+        (sf::SIGNALED, IBV_SEND_SIGNALED),
+        (sf::SOLICITED, IBV_SEND_SOLICITED),
+        (sf::INLINE, IBV_SEND_INLINE),
+    ];
+    for (i, (ours, theirs)) in pairs.iter().enumerate() {
+        assert_eq!(ours, theirs, "pair {i}");
+    }
+}

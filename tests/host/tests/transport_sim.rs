@@ -322,8 +322,10 @@ fn rc_big_read_is_paced_and_acks_stay_in_order() {
     for (b, _) in &pkts {
         let pkt = Packet::parse(b).unwrap();
         p.b.rx(&mut p.sb, &mut p.scratch, &pkt, &RxInfo { grh: [0; GRH_LEN] });
+        p.b.run_responder(&mut p.sb, &mut p.scratch, READ_BURST);
         p.b.flush_ack(&mut p.sb, &mut p.scratch);
     }
+    assert!(!p.sb.out.is_empty());
     assert!(p.sb.out.len() as u32 <= READ_BURST, "{} packets at once", p.sb.out.len());
     assert!(p.b.responder_pending());
     // No ACK overtakes the owed READ responses.
