@@ -22,9 +22,9 @@ pub const MAX_MR_SIZE: u64 = 1 << 40;
 /// Protection domains per device.
 pub const MAX_PD: u32 = 64 * 1024;
 /// Outstanding RDMA READ/atomic requests a QP may initiate.
-pub const MAX_QP_INIT_RD_ATOM: u32 = 16;
+pub const MAX_QP_INIT_RD_ATOM: u32 = 128;
 /// Outstanding RDMA READ/atomic requests a QP may accept as responder.
-pub const MAX_QP_RD_ATOM: u32 = 16;
+pub const MAX_QP_RD_ATOM: u32 = 128;
 /// Responder resources for the whole device.
 pub const MAX_RES_RD_ATOM: u32 = MAX_QP_RD_ATOM * MAX_QP;
 /// Shared receive queues per device.

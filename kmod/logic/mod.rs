@@ -14,6 +14,7 @@ pub mod mr;
 pub mod opcode;
 pub mod port;
 pub mod roce;
+pub mod stats;
 pub mod transport;
 
 pub mod psn;

@@ -24,6 +24,7 @@ use crate::logic::{
 };
 pub use crate::uapi::{send_flags, wc_flags, wc_opcode, wc_status, wr_opcode};
 use crate::uapi::{Cqe, RecvWqe, SendWqe, Sge};
+pub use crate::logic::stats::Stat;
 use core::mem::{offset_of, size_of};
 use core::ops::DerefMut;
 
@@ -189,7 +190,10 @@ pub trait Env {
     /// Performs an atomic on registered memory; returns the original value.
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
     /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
-    fn emit(&mut self, pkt: &[u8], dest: Dest);
+    /// [`Emit::Congested`] says the packet was dropped or the path pushes back: the engine
+    /// stops sending in this call (the packet counts as lost, and the retransmit timer or the
+    /// shell's continuation resumes).
+    fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
     /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
     fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool;
     /// Raises an affiliated event.
@@ -198,6 +202,20 @@ pub trait Env {
     fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake;
     /// Arms the RNR timer; [`Engine::rnr_timer_expired`] is to be called when it fires.
     fn arm_rnr_timer(&mut self, usecs: u32);
+    /// Arms (restarts) the retransmit timer to fire in `usecs` microseconds, or stops it
+    /// (`None`); [`Engine::retry_timer_expired`] is to be called when it fires.
+    fn set_retry_timer(&mut self, usecs: Option<u64>);
+    /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
+    fn stat(&mut self, s: Stat, n: u64);
+}
+
+/// What the wire answered to [`Env::emit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// Handed to the wire (or queued for local delivery).
+    Sent,
+    /// Dropped or pushed back (NET_XMIT_DROP/CN, no memory, a full local queue).
+    Congested,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -223,6 +241,12 @@ pub struct Config {
     pub min_rnr_timer: u8,
     /// RNR retries (7: infinite).
     pub rnr_retry: u8,
+    /// Local ACK timeout code: the retransmit timer waits 4.096 us * 2^timeout (0: never).
+    pub timeout: u8,
+    /// Retransmissions after a timeout or sequence NAK before RETRY_EXC_ERR (7 is not infinite).
+    pub retry_cnt: u8,
+    /// The connected peer's address (RC/UC): packets from any other source are dropped.
+    pub peer: Option<PeerAddr>,
     /// Initial send PSN / expected receive PSN, applied by [`Engine::set_psns`].
     pub sq_sig_all: bool,
     /// `cap.max_send_sge`.
@@ -233,6 +257,15 @@ pub struct Config {
     pub max_recv_sge: u32,
     /// The QP receives through an SRQ.
     pub has_srq: bool,
+}
+
+/// The addresses a connected QP's packets travel between (GIDs, IPv4 mapped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr {
+    /// Our GID (the packets' destination address).
+    pub local: [u8; 16],
+    /// The peer's GID (the packets' source address).
+    pub remote: [u8; 16],
 }
 
 /// The kind of a send WR.
@@ -317,6 +350,10 @@ pub struct RxInfo {
     /// The 40-byte GRH a UD receive buffer gets (IPv6 header, or 20 zero bytes then the IPv4
     /// header).
     pub grh: [u8; GRH_LEN],
+    /// The packet's source address as a GID (IPv4 mapped).
+    pub src: [u8; 16],
+    /// The packet's destination address as a GID.
+    pub dst: [u8; 16],
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

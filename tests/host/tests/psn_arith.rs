@@ -212,3 +212,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn stat_names_match_indices() {
+    use rrxe_host_tests::logic::stats::{ALL, COUNT, NAMES};
+    assert_eq!(ALL.len(), COUNT);
+    for (i, s) in ALL.iter().enumerate() {
+        assert_eq!(s.index(), i);
+        assert!(NAMES[i].ends_with('\0') && !s.name().contains('\0') && !s.name().is_empty());
+    }
+    let mut names: Vec<_> = NAMES.to_vec();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), COUNT, "counter names are unique");
+}

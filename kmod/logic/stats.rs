@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The data-path counters: one list, shared by the engine (which counts per QP and reports to
+//! its environment), the kernel shell (which keeps device-wide totals) and `rdma statistic`
+//! (which shows them under these names).
+
+/// A data-path counter. The discriminant is the index in [`NAMES`] and in the arrays that hold
+/// the values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stat {
+    /// Packets handed to the wire or to local delivery.
+    SentPkts,
+    /// Payload-carrying bytes (BTH .. ICRC) sent.
+    SentBytes,
+    /// Packets received that passed the ICRC and header checks.
+    RcvdPkts,
+    /// Bytes (BTH .. ICRC) of those packets.
+    RcvdBytes,
+    /// Request packets sent again (go-back-N after a timeout, a NAK or an implied NAK).
+    Retransmits,
+    /// Retransmit timer expiries with work outstanding.
+    Timeouts,
+    /// PSN sequence NAKs sent by the responder.
+    SeqNaksSent,
+    /// PSN sequence NAKs received by the requester.
+    SeqNaksRcvd,
+    /// RNR NAKs sent (no receive WQE).
+    RnrNaksSent,
+    /// RNR NAKs received.
+    RnrNaksRcvd,
+    /// Responses that skipped an outstanding READ or atomic (IBTA implied NAK), and READ
+    /// responses that arrived past the next expected PSN.
+    ImpliedNaks,
+    /// Duplicate requests received (answered from the responder resources or re-acknowledged).
+    DuplicateRequests,
+    /// Duplicate or stale responses received (dropped).
+    DuplicateResponses,
+    /// Requests received beyond the expected PSN (dropped, one NAK per gap).
+    OutOfSeqRequests,
+    /// Duplicate READ or atomic requests with no recorded responder resource (dropped).
+    DuplicateNoResource,
+    /// WRs completed with RETRY_EXC_ERR.
+    RetryExceeded,
+    /// WRs completed with RNR_RETRY_EXC_ERR.
+    RnrRetryExceeded,
+    /// NAKs other than sequence and RNR sent (invalid request, access, operational).
+    ErrNaksSent,
+    /// Received packets dropped: bad ICRC.
+    RxIcrcErrors,
+    /// Received packets dropped: malformed headers or lengths.
+    RxBadHeaders,
+    /// Received packets dropped: no such QP.
+    RxUnknownQp,
+    /// Received packets dropped: wrong source address, destination address or P_Key for the QP.
+    RxAdmissionDrops,
+    /// Messages dropped for want of a receive WQE (UC, UD).
+    RxNoBuffer,
+    /// Packets dropped: the QP's state or transport does not take them.
+    RxBadState,
+    /// UC/UD messages dropped (PSN gap, length, Q_Key).
+    RxDroppedMsgs,
+    /// Responses that matched nothing outstanding.
+    RxBadResponses,
+    /// Packets the stack refused or dropped on transmit (NET_XMIT_DROP/CN, no route, no memory).
+    TxDrops,
+    /// Completions lost to a full CQ.
+    CqOverflows,
+}
+
+/// Number of counters.
+pub const COUNT: usize = Stat::CqOverflows as usize + 1;
+
+/// Every counter, in index order.
+pub const ALL: [Stat; COUNT] = [
+    Stat::SentPkts,
+    Stat::SentBytes,
+    Stat::RcvdPkts,
+    Stat::RcvdBytes,
+    Stat::Retransmits,
+    Stat::Timeouts,
+    Stat::SeqNaksSent,
+    Stat::SeqNaksRcvd,
+    Stat::RnrNaksSent,
+    Stat::RnrNaksRcvd,
+    Stat::ImpliedNaks,
+    Stat::DuplicateRequests,
+    Stat::DuplicateResponses,
+    Stat::OutOfSeqRequests,
+    Stat::DuplicateNoResource,
+    Stat::RetryExceeded,
+    Stat::RnrRetryExceeded,
+    Stat::ErrNaksSent,
+    Stat::RxIcrcErrors,
+    Stat::RxBadHeaders,
+    Stat::RxUnknownQp,
+    Stat::RxAdmissionDrops,
+    Stat::RxNoBuffer,
+    Stat::RxBadState,
+    Stat::RxDroppedMsgs,
+    Stat::RxBadResponses,
+    Stat::TxDrops,
+    Stat::CqOverflows,
+];
+
+/// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
+/// `rdma_stat_desc`).
+pub const NAMES: [&str; COUNT] = [
+    "sent_pkts\0",
+    "sent_bytes\0",
+    "rcvd_pkts\0",
+    "rcvd_bytes\0",
+    "retransmits\0",
+    "timeouts\0",
+    "seq_naks_sent\0",
+    "seq_naks_rcvd\0",
+    "rnr_naks_sent\0",
+    "rnr_naks_rcvd\0",
+    "implied_naks\0",
+    "duplicate_requests\0",
+    "duplicate_responses\0",
+    "out_of_seq_requests\0",
+    "duplicate_no_resource\0",
+    "retry_exceeded_err\0",
+    "retry_rnr_exceeded_err\0",
+    "err_naks_sent\0",
+    "rx_icrc_errors\0",
+    "rx_bad_headers\0",
+    "rx_unknown_qp\0",
+    "rx_admission_drops\0",
+    "rx_no_buffer\0",
+    "rx_bad_state\0",
+    "rx_dropped_msgs\0",
+    "rx_bad_responses\0",
+    "tx_drops\0",
+    "cq_overflows\0",
+];
+
+impl Stat {
+    /// Index in [`NAMES`] and in value arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The name without its NUL.
+    pub fn name(self) -> &'static str {
+        let n = NAMES[self.index()];
+        &n[..n.len() - 1]
+    }
+}
+
+/// A set of counter values (per QP in the engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counters(pub [u64; COUNT]);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters([0; COUNT])
+    }
+}
+
+impl Counters {
+    /// Adds `n` to `s`.
+    pub fn add(&mut self, s: Stat, n: u64) {
+        self.0[s.index()] = self.0[s.index()].wrapping_add(n);
+    }
+
+    /// The value of `s`.
+    pub fn get(&self, s: Stat) -> u64 {
+        self.0[s.index()]
+    }
+}
