@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The completer: takes ACKs, NAKs and responses, places READ and atomic results, completes
+//! send WRs strictly in SQ order, and tells the requester when to go back N.
+
+use super::{
+    cqe, wc_status, wqe, CqSel, Engine, Env, Resource, SqEntry, Stat, WrKind,
+};
+use crate::logic::{
+    opcode::{Operation, Position},
+    psn::Psn,
+    qp_state::QpState,
+    wire::{self, NakCode, Packet, Segmentation, Syndrome},
+};
+use core::ops::DerefMut;
+
+/// What a response packet is to the completer, decided before anything changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// At or past the next expected response of the front WR: process it.
+    Accept,
+    /// Acknowledges only what was acknowledged already.
+    Duplicate,
+    /// Beyond anything sent.
+    Bogus,
+}
+
+impl<B, M, R> Engine<B, M, R>
+where
+    B: DerefMut<Target = [u8]>,
+    M: DerefMut<Target = [SqEntry]>,
+    R: DerefMut<Target = [Resource]>,
+{
+    /// Completes the front WR with `status` (posting a CQE when signalled or in error, or with
+    /// the error found earlier for it).
+    pub(super) fn complete_front<E: Env>(&mut self, env: &mut E, status: u32) {
+        let idx = self.sq.done;
+        let e = self.sq.entry(idx);
+        let status = e.err.unwrap_or(status);
+        if e.signaled || status != wc_status::SUCCESS {
+            let mut c = cqe(self.sq.wr_id(idx), status, e.kind.wc_opcode(), self.cfg.qpn);
+            if status == wc_status::SUCCESS {
+                c.byte_len = e.len;
+            }
+            self.post(env, CqSel::Send, &c);
+        }
+        self.sq.done = idx.wrapping_add(1);
+    }
+
+    /// Fails the WR that holds `psn` (the oldest outstanding one when none does) with
+    /// `status`, after completing every older WR with WR_FLUSH_ERR, and moves the QP to ERR.
+    fn fail_at<E: Env>(&mut self, env: &mut E, psn: Option<Psn>, status: u32) {
+        let mut culprit = self.sq.done;
+        if let Some(p) = psn {
+            let mut i = self.sq.done;
+            while i != self.sq.head {
+                let e = self.sq.entry(i);
+                if !e.started {
+                    break;
+                }
+                if p.in_window(e.first_psn, e.npkts.max(1)) {
+                    culprit = i;
+                    break;
+                }
+                i = i.wrapping_add(1);
+            }
+        }
+        if culprit != self.sq.head {
+            let e = self.sq.entry_mut(culprit);
+            if e.err.is_none() {
+                e.err = Some(status);
+            }
+        }
+        self.fatal(env, false);
+    }
+
+    /// Fails the oldest outstanding WR (retries spent).
+    pub(super) fn fail_oldest<E: Env>(&mut self, env: &mut E, status: u32) {
+        self.fail_at(env, None, status);
+    }
+
+    /// Progress: retries and the RNR counter start over, and the timer restarts.
+    fn progress<E: Env>(&mut self, env: &mut E) {
+        self.req.retry_left = self.cfg.retry_cnt;
+        self.req.rnr_left = self.cfg.rnr_retry;
+        self.req.retrying = false;
+        self.update_timer(env, true);
+    }
+
+    /// An implied NAK (a response skipped an outstanding READ or atomic) or a READ response
+    /// gap: go back to WR `i`'s first missing PSN, once per round of recovery.
+    fn retry_from<E: Env>(&mut self, env: &mut E, i: u32) {
+        self.stat(env, Stat::ImpliedNaks, 1);
+        if self.req.retrying {
+            return;
+        }
+        self.req.retrying = true;
+        if self.spend_retry(env) {
+            let p = self.sq.entry(i).resume_psn();
+            self.rewind(p);
+        }
+    }
+
+    /// Completes the front WR, which the peer has fully answered. A WR that a rewind put back
+    /// in line to be sent again is not sent again.
+    fn complete_answered<E: Env>(&mut self, env: &mut E) {
+        let i = self.sq.done;
+        let e = self.sq.entry(i);
+        if i == self.sq.next {
+            self.sq.next = i.wrapping_add(1);
+            self.req.cur_pkt = 0;
+            let after = e.first_psn.wrapping_add(e.npkts.max(1));
+            if after.after(self.req.psn) {
+                self.req.psn = after;
+            }
+        } else if e.kind.is_rd_atomic() {
+            self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
+        }
+        self.complete_front(env, wc_status::SUCCESS);
+    }
+
+    /// `acked` moved: a requester that a rewind left behind it skips what is acknowledged.
+    fn catch_up(&mut self) {
+        if !self.req.acked.after(self.req.psn) {
+            return;
+        }
+        let e = self.sq.entry(self.sq.next);
+        if self.sq.next != self.sq.head
+            && e.started
+            && matches!(e.kind, WrKind::Send | WrKind::Write)
+            && self.req.acked.in_window(e.first_psn, e.npkts)
+        {
+            self.req.cur_pkt = self.req.acked.distance_from(e.first_psn);
+        }
+        self.req.psn = self.req.acked;
+    }
+
+    /// The peer acknowledged every PSN up to and including `psn`: completes the SEND/WRITE
+    /// WRs this covers; `acked` stops at the first missing response of a READ or atomic.
+    /// Returns whether anything moved, and the READ or atomic the acknowledgement passed
+    /// without its response having come (an implied NAK, IBTA 9.7.5.1.4): nothing after it
+    /// completes before it.
+    fn ack_through<E: Env>(&mut self, env: &mut E, psn: Psn) -> (bool, Option<u32>) {
+        let mut moved = false;
+        let mut limit = psn;
+        let mut implied = None;
+        while self.sq.done != self.sq.head {
+            let i = self.sq.done;
+            let e = self.sq.entry(i);
+            if !e.started {
+                break;
+            }
+            if e.kind.is_rd_atomic() {
+                let before = e.resume_psn().wrapping_sub(1);
+                if limit.after(before) {
+                    limit = before;
+                }
+                if !e.last_psn().after(psn) {
+                    implied = Some(i);
+                }
+                break;
+            }
+            if e.last_psn().after(psn) {
+                break;
+            }
+            self.complete_answered(env);
+            moved = true;
+        }
+        let p = limit.next();
+        if p.after(self.req.acked) && !p.after(self.req.high) {
+            self.req.acked = p;
+            self.catch_up();
+            moved = true;
+        }
+        if moved {
+            self.progress(env);
+        }
+        (moved, implied)
+    }
+
+    /// [`Self::ack_through`], then a retry from an implied NAK.
+    fn ack_and_retry<E: Env>(&mut self, env: &mut E, psn: Psn) {
+        if let (_, Some(i)) = self.ack_through(env, psn) {
+            self.retry_from(env, i);
+        }
+    }
+
+    fn verdict(&self, psn: Psn) -> Verdict {
+        if !psn.before(self.req.high) {
+            Verdict::Bogus
+        } else if psn.before(self.req.acked) {
+            Verdict::Duplicate
+        } else {
+            Verdict::Accept
+        }
+    }
+
+    /// Handles an ACK, NAK, READ response or atomic acknowledge. Returns whether the
+    /// requester may have work again.
+    pub(super) fn rx_response<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>) -> bool {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            self.stat(env, Stat::RxBadState, 1);
+            return false;
+        }
+        let psn = pkt.bth().psn;
+        match self.verdict(psn) {
+            Verdict::Bogus => {
+                self.stat(env, Stat::RxBadResponses, 1);
+                return false;
+            }
+            Verdict::Duplicate => {
+                self.stat(env, Stat::DuplicateResponses, 1);
+                return false;
+            }
+            Verdict::Accept => {}
+        }
+        match pkt.info().op {
+            Operation::Acknowledge => self.rx_ack(env, pkt, psn),
+            Operation::RdmaReadResponse => self.rx_read_response(env, pkt, psn),
+            Operation::AtomicAcknowledge => self.rx_atomic_ack(env, pkt, psn),
+            _ => self.stat(env, Stat::RxBadResponses, 1),
+        }
+        self.check_drained(env);
+        self.update_timer(env, false);
+        self.requester_ready()
+    }
+
+    fn rx_ack<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, psn: Psn) {
+        let Some(aeth) = pkt.aeth() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        match aeth.syndrome() {
+            Syndrome::Ack { .. } => self.ack_and_retry(env, psn),
+            Syndrome::RnrNak { timer } => {
+                self.stat(env, Stat::RnrNaksRcvd, 1);
+                self.ack_through(env, psn.wrapping_sub(1));
+                if self.cfg.rnr_retry != 7 {
+                    if self.req.rnr_left == 0 {
+                        self.stat(env, Stat::RnrRetryExceeded, 1);
+                        self.fail_at(env, Some(psn), wc_status::RNR_RETRY_EXC_ERR);
+                        return;
+                    }
+                    self.req.rnr_left -= 1;
+                }
+                // From the NAK's PSN, or from a READ/atomic before it still missing responses.
+                let p = self.req.acked;
+                self.rewind(p);
+                self.req.rnr_wait = true;
+                env.arm_rnr_timer(wire::rnr_timer_usecs(timer));
+            }
+            Syndrome::Nak(NakCode::PsnSeqError) => {
+                self.stat(env, Stat::SeqNaksRcvd, 1);
+                self.ack_through(env, psn.wrapping_sub(1));
+                // A NAK for a gap this retry already covers (a duplicate, or one that crossed
+                // our retransmission) changes nothing.
+                if self.state == QpState::Err || self.req.retrying {
+                    return;
+                }
+                self.req.retrying = true;
+                if self.spend_retry(env) {
+                    let p = self.req.acked;
+                    self.rewind(p);
+                }
+            }
+            Syndrome::Nak(code) => {
+                self.ack_through(env, psn.wrapping_sub(1));
+                let status = match code {
+                    NakCode::InvalidRequest => wc_status::REM_INV_REQ_ERR,
+                    NakCode::RemoteAccessError => wc_status::REM_ACCESS_ERR,
+                    _ => wc_status::REM_OP_ERR,
+                };
+                // Charged to the WR that holds the PSN, never to an older one still in flight.
+                self.fail_at(env, Some(psn), status);
+            }
+            Syndrome::Reserved(_) => self.stat(env, Stat::RxBadResponses, 1),
+        }
+    }
+
+    fn rx_read_response<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, psn: Psn) {
+        // Everything before the response is acknowledged by it.
+        self.ack_and_retry(env, psn.wrapping_sub(1));
+        if self.state == QpState::Err || self.sq.done == self.sq.head {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        }
+        let idx = self.sq.done;
+        let e = self.sq.entry(idx);
+        if !e.started || e.kind != WrKind::Read || !psn.in_window(e.first_psn, e.npkts) {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        }
+        let expected = e.resume_psn();
+        if psn.before(expected) {
+            self.stat(env, Stat::DuplicateResponses, 1);
+            return;
+        }
+        if psn != expected {
+            // A response was lost: re-read from the first missing byte.
+            self.retry_from(env, idx);
+            return;
+        }
+        let k = e.read_done;
+        let Some(s) = Segmentation::new(e.len, self.cfg.mtu).and_then(|g| g.segment(k)) else {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        };
+        let payload = pkt.payload();
+        // A re-read starts again with FIRST (or ONLY): the position is relative to the request
+        // that was answered, so accept FIRST/ONLY where MIDDLE/LAST was due.
+        let pos_ok = matches!(
+            (s.position, pkt.info().position),
+            (Position::Only, Position::Only)
+                | (Position::First, Position::First)
+                | (Position::Middle, Position::Middle | Position::First)
+                | (Position::Last, Position::Last | Position::Only)
+        );
+        if !pos_ok || payload.len() != s.len as usize {
+            self.fail_at(env, Some(psn), wc_status::BAD_RESP_ERR);
+            return;
+        }
+        let slot = self.sq.slot(idx);
+        let placed = match wqe::decode_send_wqe(slot).and_then(|w| wqe::source(slot, &w)) {
+            Some(src) => src.scatter(env, u64::from(s.offset), payload),
+            None => Err(wc_status::LOC_QP_OP_ERR),
+        };
+        if let Err(status) = placed {
+            self.fail_at(env, Some(psn), status);
+            return;
+        }
+        self.sq.entry_mut(idx).read_done = k + 1;
+        self.req.acked = psn.next();
+        if s.position.is_end() {
+            self.complete_answered(env);
+        }
+        self.catch_up();
+        self.progress(env);
+    }
+
+    fn rx_atomic_ack<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, psn: Psn) {
+        self.ack_and_retry(env, psn.wrapping_sub(1));
+        if self.state == QpState::Err || self.sq.done == self.sq.head {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        }
+        let idx = self.sq.done;
+        let e = self.sq.entry(idx);
+        if !e.started || !matches!(e.kind, WrKind::CmpSwap | WrKind::FetchAdd) || e.first_psn != psn {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        }
+        let Some(ack) = pkt.atmack() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        let slot = self.sq.slot(idx);
+        let placed = match wqe::decode_send_wqe(slot).and_then(|w| wqe::source(slot, &w)) {
+            Some(src) => src.scatter(env, 0, &ack.orig.to_ne_bytes()),
+            None => Err(wc_status::LOC_QP_OP_ERR),
+        };
+        if let Err(status) = placed {
+            self.fail_at(env, Some(psn), status);
+            return;
+        }
+        self.complete_answered(env);
+        self.req.acked = psn.next();
+        self.catch_up();
+        self.progress(env);
+    }
+}

@@ -1,0 +1,767 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The RoCEv2 transport engine of one QP: requester, completer and responder, for RC, UC and
+//! UD, as a pure state machine.
+//!
+//! The engine never touches memory, queues or the network itself: it asks its [`Env`] to read
+//! and write registered memory (which checks keys, PD, bounds and access), to hand out receive
+//! WQEs, to post completions and events, and to emit packets. The kernel implements [`Env`] over
+//! MRs, shared rings and the UDP socket; the host tests implement it over plain buffers and a
+//! simulated wire. Send WQEs are copied by the shell into the engine's private slots
+//! ([`Engine::sq_slot_mut`] then [`Engine::sq_pushed`]) before the engine looks at them, so
+//! user space can never change a WQE under the engine's feet.
+//!
+//! The engine is split by role, as rxe splits `rxe_req.c`, `rxe_comp.c` and `rxe_resp.c`:
+//! [`requester`] sends request packets and retransmits (go-back-N on a timeout, a sequence NAK
+//! or an implied NAK), [`completer`] takes ACKs and responses and completes send WRs strictly in
+//! SQ order, [`responder`] takes requests, keeps the responder resources that answer duplicate
+//! READs and atomics, and paces its responses. [`wqe`] holds the slot formats.
+//!
+//! Recovery model (RC): one retransmit timer per QP (4.096 us * 2^`timeout`, 0: none) runs
+//! while any sent PSN is unacknowledged and restarts on progress; each expiry, sequence NAK or
+//! implied NAK costs one of `retry_cnt` retries (reset by progress), and exhausting them
+//! completes the oldest WR with RETRY_EXC_ERR and moves the QP to ERR.
+
+mod completer;
+mod requester;
+mod responder;
+mod wqe;
+
+pub use self::requester::timeout_usecs;
+pub use self::responder::Resource;
+pub use self::wqe::{decode_send_wqe, RecvWr};
+pub use crate::logic::stats::{Counters, Stat};
+use crate::logic::{
+    opcode::{self, Transport},
+    psn::Psn,
+    qp_state::{QpState, QpType},
+    wire::{self, Headers, Packet},
+};
+pub use crate::uapi::{send_flags, wc_flags, wc_opcode, wc_status, wr_opcode};
+use crate::uapi::{Cqe, SendWqe};
+use core::mem::{offset_of, size_of};
+use core::ops::DerefMut;
+
+/// `IB_ACCESS_*` bits of an MR or a QP.
+pub mod access {
+    pub const LOCAL_WRITE: u32 = 1 << 0;
+    pub const REMOTE_WRITE: u32 = 1 << 1;
+    pub const REMOTE_READ: u32 = 1 << 2;
+    pub const REMOTE_ATOMIC: u32 = 1 << 3;
+}
+
+/// Bytes of the GRH area at the start of a UD receive buffer.
+pub const GRH_LEN: usize = 40;
+/// Largest message (IBTA: 2^31).
+pub const MAX_MSG: u64 = 1 << 31;
+/// RC requester window: unacknowledged packets in flight at most.
+pub const RC_WINDOW: u32 = 512;
+/// READ response packets the responder emits per call before yielding to the caller, who
+/// continues later ([`Engine::run_responder`]): a 1 MiB READ must not flood the path at once.
+pub const READ_BURST: u32 = 128;
+/// The requester asks for an ACK at least every this many packets.
+pub const ACK_REQ_EVERY: u32 = 64;
+/// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
+pub const MAX_PKT: usize = 4096 + 64;
+
+/// How an access reaches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Gathering a local SGE (lkey).
+    LocalRead,
+    /// Scattering into a local SGE (lkey; the MR needs LOCAL_WRITE).
+    LocalWrite,
+    /// RDMA READ target (rkey, REMOTE_READ).
+    RemoteRead,
+    /// RDMA WRITE target (rkey, REMOTE_WRITE).
+    RemoteWrite,
+    /// Atomic target (rkey, REMOTE_ATOMIC).
+    RemoteAtomic,
+}
+
+/// Why a memory access was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// No MR with that key (or a stale key).
+    BadKey,
+    /// The MR belongs to another PD.
+    BadPd,
+    /// Outside the MR.
+    Bounds,
+    /// The MR lacks the right.
+    Access,
+}
+
+/// An atomic operation on 8 bytes of registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare and swap.
+    CmpSwap { compare: u64, swap: u64 },
+    /// Fetch and add.
+    FetchAdd { add: u64 },
+}
+
+/// Where an emitted packet goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// The connected peer of the QP (its path).
+    Connected,
+    /// A UD destination: the address handle number and destination QP of the WQE.
+    Ah { ah: u32, qpn: u32 },
+}
+
+/// Which completion queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqSel {
+    /// The send CQ.
+    Send,
+    /// The receive CQ.
+    Recv,
+}
+
+/// Affiliated asynchronous events the engine raises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A local error moved the QP to ERR.
+    QpFatal,
+    /// First packet received in RTR.
+    CommEst,
+    /// The SQ drained after a move to SQD.
+    SqDrained,
+    /// An SRQ-attached QP in ERR will consume no more receive WQEs.
+    LastWqeReached,
+}
+
+/// What a receive queue (RQ or SRQ) answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvTake {
+    /// A WQE was taken and copied into the engine.
+    Taken,
+    /// The queue is empty.
+    Empty,
+    /// The next WQE is malformed (it was consumed).
+    Bad,
+}
+
+/// What the engine needs from the world.
+pub trait Env {
+    /// Checks that `len` bytes at `addr` are reachable through `key` for `acc` (PD, bounds,
+    /// rights), without moving data. A zero length always passes.
+    fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError>;
+    /// Reads registered memory.
+    fn mem_read(&mut self, key: u32, addr: u64, out: &mut [u8], acc: Access) -> Result<(), MemError>;
+    /// Writes registered memory.
+    fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError>;
+    /// Performs an atomic on registered memory; returns the original value.
+    fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
+    /// [`Emit::Congested`] says the packet was dropped or the path pushes back: the engine
+    /// stops sending in this call (the packet counts as lost, and the retransmit timer or the
+    /// shell's continuation resumes).
+    fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
+    /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
+    fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool;
+    /// Raises an affiliated event.
+    fn event(&mut self, ev: Event);
+    /// Takes the next receive WQE (RQ or SRQ) into `out`.
+    fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake;
+    /// Arms the RNR timer; [`Engine::rnr_timer_expired`] is to be called when it fires.
+    fn arm_rnr_timer(&mut self, usecs: u32);
+    /// Arms (restarts) the retransmit timer to fire in `usecs` microseconds, or stops it
+    /// (`None`); [`Engine::retry_timer_expired`] is to be called when it fires.
+    fn set_retry_timer(&mut self, usecs: Option<u64>);
+    /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
+    fn stat(&mut self, s: Stat, n: u64);
+}
+
+/// What the wire answered to [`Env::emit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// Handed to the wire (or queued for local delivery).
+    Sent,
+    /// Dropped or pushed back (NET_XMIT_DROP/CN, no memory, a full local queue).
+    Congested,
+}
+
+/// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Our QP number.
+    pub qpn: u32,
+    /// The connected peer's QP number.
+    pub dest_qpn: u32,
+    /// Path MTU in bytes (UD: the port MTU).
+    pub mtu: u32,
+    /// Our Q_Key (UD).
+    pub qkey: u32,
+    /// `qp_access_flags`.
+    pub access: u32,
+    /// Outstanding READ/atomic requests we may have.
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic requests we accept.
+    pub max_dest_rd_atomic: u8,
+    /// RNR timer code we ask peers to wait.
+    pub min_rnr_timer: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry: u8,
+    /// Local ACK timeout code: the retransmit timer waits 4.096 us * 2^timeout (0: never).
+    pub timeout: u8,
+    /// Retransmissions after a timeout or sequence NAK before RETRY_EXC_ERR (7 is not infinite).
+    pub retry_cnt: u8,
+    /// The connected peer's address (RC/UC): packets from any other source are dropped.
+    pub peer: Option<PeerAddr>,
+    /// Initial send PSN / expected receive PSN, applied by [`Engine::set_psns`].
+    pub sq_sig_all: bool,
+    /// `cap.max_send_sge`.
+    pub max_send_sge: u32,
+    /// `cap.max_inline_data`.
+    pub max_inline: u32,
+    /// `cap.max_recv_sge` (RQ; the SRQ's own for SRQ QPs).
+    pub max_recv_sge: u32,
+    /// The QP receives through an SRQ.
+    pub has_srq: bool,
+}
+
+/// The addresses a connected QP's packets travel between (GIDs, IPv4 mapped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr {
+    /// Our GID (the packets' destination address).
+    pub local: [u8; 16],
+    /// The peer's GID (the packets' source address).
+    pub remote: [u8; 16],
+}
+
+/// The kind of a send WR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WrKind {
+    #[default]
+    /// SEND.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Atomic compare-and-swap.
+    CmpSwap,
+    /// Atomic fetch-and-add.
+    FetchAdd,
+}
+
+impl WrKind {
+    fn is_rd_atomic(self) -> bool {
+        matches!(self, WrKind::Read | WrKind::CmpSwap | WrKind::FetchAdd)
+    }
+
+    fn wc_opcode(self) -> u32 {
+        match self {
+            WrKind::Send => wc_opcode::SEND,
+            WrKind::Write => wc_opcode::RDMA_WRITE,
+            WrKind::Read => wc_opcode::RDMA_READ,
+            WrKind::CmpSwap => wc_opcode::COMP_SWAP,
+            WrKind::FetchAdd => wc_opcode::FETCH_ADD,
+        }
+    }
+}
+
+/// Requester bookkeeping of one private send slot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SqEntry {
+    kind: WrKind,
+    len: u32,
+    imm: bool,
+    signaled: bool,
+    fence: bool,
+    /// Its first packet went out at least once (`first_psn` and `npkts` are set).
+    started: bool,
+    /// First PSN of the WR.
+    first_psn: Psn,
+    /// PSNs the WR consumes (a READ consumes one per response packet).
+    npkts: u32,
+    /// READ: response packets received and placed, in order.
+    read_done: u32,
+    /// The status the WR completes with when it reaches the front (an error found early).
+    err: Option<u32>,
+}
+
+impl SqEntry {
+    /// The last PSN of the WR.
+    fn last_psn(&self) -> Psn {
+        self.first_psn.wrapping_add(self.npkts.saturating_sub(1))
+    }
+
+    /// The PSN a retransmission of this WR starts at (a READ resumes after what arrived).
+    fn resume_psn(&self) -> Psn {
+        match self.kind {
+            WrKind::Read => self.first_psn.wrapping_add(self.read_done),
+            _ => self.first_psn,
+        }
+    }
+}
+
+/// Facts about a received packet the packet bytes do not carry.
+#[derive(Clone, Copy, Debug)]
+pub struct RxInfo {
+    /// The 40-byte GRH a UD receive buffer gets (IPv6 header, or 20 zero bytes then the IPv4
+    /// header).
+    pub grh: [u8; GRH_LEN],
+    /// The packet's source address as a GID (IPv4 mapped).
+    pub src: [u8; 16],
+    /// The packet's destination address as a GID.
+    pub dst: [u8; 16],
+}
+
+/// The private send queue: slots the shell copies WQEs into, and their bookkeeping.
+///
+/// Indices are free-running: `done <= next <= head`, `head - done <= slots`. WRs in
+/// `done..next` are fully sent and wait for completion (RC); `next` is being sent.
+#[derive(Debug)]
+struct Sq<B, M> {
+    slots: B,
+    meta: M,
+    slot_size: usize,
+    mask: u32,
+    head: u32,
+    next: u32,
+    done: u32,
+}
+
+impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Sq<B, M> {
+    fn entry(&self, i: u32) -> SqEntry {
+        self.meta[(i & self.mask) as usize]
+    }
+
+    fn entry_mut(&mut self, i: u32) -> &mut SqEntry {
+        &mut self.meta[(i & self.mask) as usize]
+    }
+
+    fn slot(&self, i: u32) -> &[u8] {
+        let off = (i & self.mask) as usize * self.slot_size;
+        &self.slots[off..off + self.slot_size]
+    }
+
+    fn wr_id(&self, i: u32) -> u64 {
+        decode_send_wqe(self.slot(i)).map_or(0, |w| w.wr_id)
+    }
+}
+
+/// The transport engine of one QP.
+#[derive(Debug)]
+pub struct Engine<B, M, R> {
+    cfg: Config,
+    state: QpState,
+    /// SQD requested: start no new WR; raise SQ_DRAINED once idle.
+    sq_draining: bool,
+    sqd_notify: bool,
+    last_wqe_sent: bool,
+    /// A completion was lost to a full CQ: the QP goes to ERR at the end of this call.
+    cq_overflow: bool,
+    sq: Sq<B, M>,
+    req: requester::Requester,
+    resp: responder::Responder<R>,
+    /// Per-QP statistics (the same events also reach [`Env::stat`]).
+    pub counters: Counters,
+}
+
+pub(super) fn cqe(wr_id: u64, status: u32, opcode: u32, qpn: u32) -> Cqe {
+    Cqe { wr_id, status, opcode, qp_num: qpn, ..Cqe::default() }
+}
+
+fn transport_of(t: QpType) -> Transport {
+    match t {
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+        _ => Transport::Rc,
+    }
+}
+
+/// Writes headers, then lets `fill` put the payload, then zeroes pad and ICRC. Returns the
+/// packet length.
+fn assemble(
+    out: &mut [u8],
+    h: &Headers,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
+) -> Result<usize, u32> {
+    let info = h.check().map_err(|_| wc_status::GENERAL_ERR)?;
+    let total = wire::packet_len(info, len).ok_or(wc_status::LOC_LEN_ERR)?;
+    if out.len() < total {
+        return Err(wc_status::LOC_LEN_ERR);
+    }
+    let mut h = *h;
+    h.bth.pad = wire::pad_for(len);
+    let hl = h.write(out).map_err(|_| wc_status::GENERAL_ERR)?;
+    fill(&mut out[hl..hl + len])?;
+    out[hl + len..total].fill(0);
+    Ok(total)
+}
+
+/// Whether a BTH P_Key matches ours (the low 15 bits; one of the two must be a full member).
+fn pkey_ok(ours: u16, theirs: u16) -> bool {
+    (ours & 0x7fff) == (theirs & 0x7fff) && (ours | theirs) & 0x8000 != 0 && (theirs & 0x7fff) != 0
+}
+
+impl<B, M, R> Engine<B, M, R>
+where
+    B: DerefMut<Target = [u8]>,
+    M: DerefMut<Target = [SqEntry]>,
+    R: DerefMut<Target = [Resource]>,
+{
+    /// An engine in RESET over private storage: `slots` holds `meta.len()` send slots of
+    /// `slot_size` bytes (`meta.len()` a power of two); `res` holds the responder resources
+    /// (at least one; `max_dest_rd_atomic` beyond `res.len()` is capped to it).
+    pub fn new(cfg: Config, slots: B, meta: M, res: R, slot_size: usize) -> Option<Self> {
+        let n = meta.len();
+        if n == 0
+            || !n.is_power_of_two()
+            || slots.len() < n * slot_size
+            || slot_size < size_of::<SendWqe>()
+            || res.is_empty()
+        {
+            return None;
+        }
+        Some(Engine {
+            cfg,
+            state: QpState::Reset,
+            sq_draining: false,
+            sqd_notify: false,
+            last_wqe_sent: false,
+            cq_overflow: false,
+            sq: Sq { slots, meta, slot_size, mask: n as u32 - 1, head: 0, next: 0, done: 0 },
+            req: requester::Requester::new(&cfg),
+            resp: responder::Responder::new(res),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Replaces the configuration (a committed modify_qp).
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = cfg;
+        self.req.rnr_left = cfg.rnr_retry;
+        self.req.retry_left = cfg.retry_cnt;
+    }
+
+    /// The data-path state (can differ from the last modify: a fatal error moves to ERR).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The next send PSN (for query_qp).
+    pub fn sq_psn(&self) -> u32 {
+        self.req.psn.get()
+    }
+
+    /// The expected receive PSN (for query_qp).
+    pub fn rq_psn(&self) -> u32 {
+        self.resp.epsn.get()
+    }
+
+    /// Whether the SQ is still draining after a move to SQD.
+    pub fn sq_draining(&self) -> bool {
+        self.sq_draining && !self.sq_idle()
+    }
+
+    /// Sets the send PSN / expected receive PSN (modify_qp with SQ_PSN / RQ_PSN).
+    pub fn set_psns(&mut self, sq_psn: Option<u32>, rq_psn: Option<u32>) {
+        if let Some(p) = sq_psn {
+            self.req.psn = Psn::from_masked(p);
+            self.req.acked = self.req.psn;
+            self.req.high = self.req.psn;
+        }
+        if let Some(p) = rq_psn {
+            self.resp.epsn = Psn::from_masked(p);
+        }
+    }
+
+    /// A committed state change. Entering ERR flushes; entering RESET forgets everything.
+    pub fn set_state<E: Env>(&mut self, env: &mut E, s: QpState, sqd_notify: bool) {
+        let old = self.state;
+        self.state = s;
+        match s {
+            QpState::Reset => self.reset(env),
+            QpState::Err if old != QpState::Err => self.flush(env),
+            QpState::Sqd => {
+                self.sq_draining = true;
+                self.sqd_notify = sqd_notify;
+                self.check_drained(env);
+            }
+            QpState::Rts => {
+                self.sq_draining = false;
+            }
+            _ => {}
+        }
+    }
+
+    fn reset<E: Env>(&mut self, env: &mut E) {
+        let head = self.sq.head;
+        self.sq.next = head;
+        self.sq.done = head;
+        self.req = requester::Requester::new(&self.cfg);
+        self.resp.reset();
+        self.sq_draining = false;
+        self.last_wqe_sent = false;
+        self.cq_overflow = false;
+        env.set_retry_timer(None);
+    }
+
+    /// Room for more WQEs in the private SQ.
+    pub fn sq_room(&self) -> u32 {
+        (self.sq.mask + 1) - self.sq.head.wrapping_sub(self.sq.done)
+    }
+
+    /// The private slot the next WQE is to be copied into (`None` when full).
+    pub fn sq_slot_mut(&mut self) -> Option<&mut [u8]> {
+        if self.sq_room() == 0 {
+            return None;
+        }
+        let i = (self.sq.head & self.sq.mask) as usize * self.sq.slot_size;
+        let ss = self.sq.slot_size;
+        self.sq.slots.get_mut(i..i + ss)
+    }
+
+    /// The slot from [`Self::sq_slot_mut`] is filled: validate and queue it. A malformed WQE
+    /// completes in error (LOC_QP_OP_ERR or LOC_LEN_ERR, after every older WR) and moves the
+    /// QP to ERR. WQEs pushed while in ERR complete with WR_FLUSH_ERR.
+    pub fn sq_pushed<E: Env>(&mut self, env: &mut E) {
+        if self.sq_room() == 0 {
+            return;
+        }
+        let idx = self.sq.head;
+        let slot = self.sq.slot(idx);
+        let opcode = decode_send_wqe(slot).map_or(0, |w| w.opcode);
+        let r = wqe::check_send_wqe(&self.cfg, slot);
+        self.sq.head = self.sq.head.wrapping_add(1);
+        match r {
+            Ok(c) => {
+                *self.sq.entry_mut(idx) = SqEntry {
+                    kind: c.kind,
+                    len: c.len,
+                    imm: c.imm,
+                    signaled: c.signaled,
+                    fence: c.fence,
+                    ..SqEntry::default()
+                };
+                if self.state == QpState::Err {
+                    self.flush(env);
+                }
+            }
+            Err(status) => {
+                *self.sq.entry_mut(idx) =
+                    SqEntry { kind: wqe::kind_of_opcode(opcode), err: Some(status), ..SqEntry::default() };
+                if self.state == QpState::Err {
+                    self.flush(env);
+                } else {
+                    self.fatal(env, true);
+                }
+            }
+        }
+        self.settle(env);
+    }
+
+    /// Posts a completion; a full CQ moves the QP to ERR at the end of the current call.
+    fn post<E: Env>(&mut self, env: &mut E, cq: CqSel, c: &Cqe) {
+        if !env.complete(cq, c) {
+            self.stat(env, Stat::CqOverflows, 1);
+            self.cq_overflow = true;
+        }
+    }
+
+    fn stat<E: Env>(&mut self, env: &mut E, s: Stat, n: u64) {
+        self.counters.add(s, n);
+        env.stat(s, n);
+    }
+
+    /// Applies what the call left pending: a CQ overflow moves the QP to ERR (CQ_ERR is the
+    /// shell's to raise).
+    fn settle<E: Env>(&mut self, env: &mut E) {
+        if self.cq_overflow {
+            self.cq_overflow = false;
+            if self.state != QpState::Err && self.state != QpState::Reset {
+                self.fatal(env, true);
+            }
+        }
+    }
+
+    /// A local or remote error: the QP goes to ERR and everything outstanding is flushed.
+    fn fatal<E: Env>(&mut self, env: &mut E, local: bool) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        if local {
+            env.event(Event::QpFatal);
+        }
+        self.flush(env);
+    }
+
+    /// Completes every send WR not yet completed, in SQ order (an error found for a WR is its
+    /// status, WR_FLUSH_ERR otherwise), and (for a QP with its own RQ) every posted receive WR
+    /// with WR_FLUSH_ERR; drops everything owed to the peer. Called on entering ERR and
+    /// whenever work arrives in ERR.
+    pub fn flush<E: Env>(&mut self, env: &mut E) {
+        let qpn = self.cfg.qpn;
+        while self.sq.done != self.sq.head {
+            let i = self.sq.done;
+            let e = self.sq.entry(i);
+            let c = cqe(self.sq.wr_id(i), e.err.unwrap_or(wc_status::WR_FLUSH_ERR), e.kind.wc_opcode(), qpn);
+            self.post(env, CqSel::Send, &c);
+            self.sq.done = i.wrapping_add(1);
+        }
+        self.sq.next = self.sq.head;
+        self.req.on_flush();
+        env.set_retry_timer(None);
+        if let Some(r) = self.resp.recv.take() {
+            self.post(env, CqSel::Recv, &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn));
+        }
+        self.resp.on_flush();
+        if self.cfg.has_srq {
+            if !self.last_wqe_sent {
+                // Once per entry to ERR: no WQE will be taken from the SRQ any more.
+                self.last_wqe_sent = true;
+                env.event(Event::LastWqeReached);
+            }
+        } else {
+            let mut r = RecvWr::default();
+            // Bounded by the ring: each Taken consumed a WQE; a broken ring answers Bad once
+            // and the flush stops there.
+            while env.recv_take(&mut r) == RecvTake::Taken {
+                self.post(env, CqSel::Recv, &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn));
+            }
+        }
+    }
+
+    /// Flushes work posted since the QP entered ERR (nothing in other states).
+    pub fn flush_if_err<E: Env>(&mut self, env: &mut E) {
+        if self.state == QpState::Err {
+            self.flush(env);
+        }
+    }
+
+    fn sq_idle(&self) -> bool {
+        self.sq.done == self.sq.next && self.req.cur_pkt == 0
+    }
+
+    fn check_drained<E: Env>(&mut self, env: &mut E) {
+        if self.state == QpState::Sqd && self.sq_draining && self.sq_idle() {
+            self.sq_draining = false;
+            if self.sqd_notify {
+                env.event(Event::SqDrained);
+            }
+        }
+    }
+
+    /// Handles a received packet addressed to this QP (ICRC already checked). Returns whether
+    /// the requester may have work again (an ACK opened the window).
+    pub fn rx<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>, info: &RxInfo) -> bool {
+        let go = self.rx_inner(env, scratch, pkt, info);
+        self.settle(env);
+        go
+    }
+
+    fn rx_inner<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>, info: &RxInfo) -> bool {
+        if pkt.info().transport != transport_of(self.cfg.qp_type) {
+            self.stat(env, Stat::RxBadState, 1);
+            return false;
+        }
+        if !self.admit(pkt, info) {
+            self.stat(env, Stat::RxAdmissionDrops, 1);
+            return false;
+        }
+        if pkt.info().is_response() {
+            return self.rx_response(env, pkt);
+        }
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            self.stat(env, Stat::RxBadState, 1);
+            return false;
+        }
+        if self.state == QpState::Rtr && !self.resp.comm_est_sent {
+            self.resp.comm_est_sent = true;
+            env.event(Event::CommEst);
+        }
+        match self.cfg.qp_type {
+            QpType::Ud => self.rx_ud(env, pkt, info),
+            _ => self.rx_request(env, scratch, pkt),
+        }
+        false
+    }
+
+    /// Admission of a packet to a connected QP (rxe's `check_addr` and `check_keys`): the
+    /// P_Key must match, and it must come from the peer of the QP's path to our address.
+    fn admit(&self, pkt: &Packet<'_>, info: &RxInfo) -> bool {
+        if !pkey_ok(wire::BTH_DEF_PKEY, pkt.bth().pkey) {
+            return false;
+        }
+        if self.cfg.qp_type == QpType::Ud {
+            return true;
+        }
+        match self.cfg.peer {
+            Some(p) => p.remote == info.src && p.local == info.dst,
+            // No path yet (RESET/INIT): nothing is received anyway.
+            None => true,
+        }
+    }
+}
+
+/// The bytes of a completion as the CQ ring holds them (`uapi::Cqe`, native endianness).
+pub fn encode_cqe(c: &Cqe) -> [u8; crate::uapi::CQE_SIZE] {
+    let mut b = [0u8; crate::uapi::CQE_SIZE];
+    let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+    put(offset_of!(Cqe, wr_id), &c.wr_id.to_ne_bytes());
+    put(offset_of!(Cqe, status), &c.status.to_ne_bytes());
+    put(offset_of!(Cqe, opcode), &c.opcode.to_ne_bytes());
+    put(offset_of!(Cqe, vendor_err), &c.vendor_err.to_ne_bytes());
+    put(offset_of!(Cqe, byte_len), &c.byte_len.to_ne_bytes());
+    put(offset_of!(Cqe, imm_data), &c.imm_data.to_ne_bytes());
+    put(offset_of!(Cqe, qp_num), &c.qp_num.to_ne_bytes());
+    put(offset_of!(Cqe, src_qp), &c.src_qp.to_ne_bytes());
+    put(offset_of!(Cqe, wc_flags), &c.wc_flags.to_ne_bytes());
+    put(offset_of!(Cqe, pkey_index), &c.pkey_index.to_ne_bytes());
+    put(offset_of!(Cqe, slid), &c.slid.to_ne_bytes());
+    put(offset_of!(Cqe, sl), &[c.sl]);
+    put(offset_of!(Cqe, dlid_path_bits), &[c.dlid_path_bits]);
+    b
+}
+
+/// The 40-byte GRH of a RoCEv2 packet from `sgid` to `dgid` carrying `roce_len` bytes of UDP
+/// payload: an IPv6 header, or for IPv4-mapped GIDs 20 zero bytes then an IPv4 header (the
+/// layout libibverbs' `ibv_init_ah_from_wc` expects).
+pub fn make_grh(sgid: [u8; 16], dgid: [u8; 16], tclass: u8, hop_limit: u8, flow_label: u32, roce_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = roce_len + 8;
+    match (crate::logic::roce::gid_to_addr(sgid), crate::logic::roce::gid_to_addr(dgid)) {
+        (crate::logic::roce::GidAddr::V4(s), crate::logic::roce::GidAddr::V4(d)) => {
+            let h = &mut g[20..];
+            h[0] = 0x45;
+            h[1] = tclass;
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h[6] = 0x40;
+            h[8] = hop_limit;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s);
+            h[16..20].copy_from_slice(&d);
+            let mut sum = 0u32;
+            for i in 0..10 {
+                sum += u32::from(u16::from_be_bytes([h[2 * i], h[2 * i + 1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        _ => {
+            let w = 0x6000_0000 | (u32::from(tclass) << 20) | (flow_label & 0xf_ffff);
+            g[0..4].copy_from_slice(&w.to_be_bytes());
+            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = hop_limit;
+            g[8..24].copy_from_slice(&sgid);
+            g[24..40].copy_from_slice(&dgid);
+        }
+    }
+    g
+}

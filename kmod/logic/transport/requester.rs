@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The requester: turns send WRs into request packets, keeps the RC window and the retransmit
+//! timer, and goes back N when the completer or the timer says packets were lost.
+
+use super::{
+    opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind,
+    ACK_REQ_EVERY, RC_WINDOW,
+};
+use crate::logic::{
+    opcode::{Position, Transport},
+    psn::Psn,
+    qp_state::{QpState, QpType},
+    wire::{AtomicEth, Bth, Deth, Headers, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+};
+use core::ops::DerefMut;
+
+/// Requester state.
+#[derive(Debug)]
+pub(super) struct Requester {
+    /// Next PSN to send.
+    pub(super) psn: Psn,
+    /// Oldest unacknowledged PSN: every PSN before it is acknowledged.
+    pub(super) acked: Psn,
+    /// One past the highest PSN ever sent (what is before it and sent again is a retransmit).
+    pub(super) high: Psn,
+    /// Packet index in the WR at `next` (0: not started).
+    pub(super) cur_pkt: u32,
+    /// READ/atomic requests outstanding.
+    pub(super) rd_atomic: u32,
+    /// Waiting for the RNR timer.
+    pub(super) rnr_wait: bool,
+    pub(super) rnr_left: u8,
+    /// Retries left before RETRY_EXC_ERR (timeouts, sequence NAKs, implied NAKs).
+    pub(super) retry_left: u8,
+    /// A retry triggered by an out-of-order response is under way: further such triggers are
+    /// ignored until progress or a timeout (rxe's `started_retry`).
+    pub(super) retrying: bool,
+    /// The retransmit timer was armed and not stopped since.
+    pub(super) timer_armed: bool,
+}
+
+impl Requester {
+    pub(super) fn new(cfg: &Config) -> Self {
+        Requester {
+            psn: Psn::ZERO,
+            acked: Psn::ZERO,
+            high: Psn::ZERO,
+            cur_pkt: 0,
+            rd_atomic: 0,
+            rnr_wait: false,
+            rnr_left: cfg.rnr_retry,
+            retry_left: cfg.retry_cnt,
+            retrying: false,
+            timer_armed: false,
+        }
+    }
+
+    pub(super) fn on_flush(&mut self) {
+        self.cur_pkt = 0;
+        self.rd_atomic = 0;
+        self.rnr_wait = false;
+        self.retrying = false;
+        self.timer_armed = false;
+        self.acked = self.psn;
+    }
+}
+
+/// The retransmit timeout of IBTA code `t`: 4.096 us * 2^t, in microseconds (`None`: 0, no
+/// timer).
+pub fn timeout_usecs(t: u8) -> Option<u64> {
+    match t {
+        0 => None,
+        t => Some((4096u64 << t.min(31)) / 1000),
+    }
+}
+
+/// Request opcode for a WR kind at a position.
+fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool) -> u8 {
+    use opcode::*;
+    let rc = match (kind, pos, imm) {
+        (WrKind::Send, Position::First, _) => RC_SEND_FIRST,
+        (WrKind::Send, Position::Middle, _) => RC_SEND_MIDDLE,
+        (WrKind::Send, Position::Last, false) => RC_SEND_LAST,
+        (WrKind::Send, Position::Last, true) => RC_SEND_LAST_WITH_IMMEDIATE,
+        (WrKind::Send, Position::Only, false) => RC_SEND_ONLY,
+        (WrKind::Send, Position::Only, true) => RC_SEND_ONLY_WITH_IMMEDIATE,
+        (WrKind::Write, Position::First, _) => RC_RDMA_WRITE_FIRST,
+        (WrKind::Write, Position::Middle, _) => RC_RDMA_WRITE_MIDDLE,
+        (WrKind::Write, Position::Last, false) => RC_RDMA_WRITE_LAST,
+        (WrKind::Write, Position::Last, true) => RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (WrKind::Write, Position::Only, false) => RC_RDMA_WRITE_ONLY,
+        (WrKind::Write, Position::Only, true) => RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (WrKind::Read, _, _) => RC_RDMA_READ_REQUEST,
+        (WrKind::CmpSwap, _, _) => RC_COMPARE_SWAP,
+        (WrKind::FetchAdd, _, _) => RC_FETCH_ADD,
+    };
+    t.base() | rc
+}
+
+/// Why the requester cannot start the WR at `next` now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    Open,
+    /// The RC window of unacknowledged PSNs is full.
+    Window,
+    /// `max_rd_atomic` READs/atomics are outstanding.
+    RdAtomic,
+    /// A fenced WR waits for earlier READs/atomics.
+    Fence,
+}
+
+impl<B, M, R> Engine<B, M, R>
+where
+    B: DerefMut<Target = [u8]>,
+    M: DerefMut<Target = [SqEntry]>,
+    R: DerefMut<Target = [Resource]>,
+{
+    /// Whether the requester has work it could do now.
+    pub fn requester_ready(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+            && !self.req.rnr_wait
+            && self.sq.next != self.sq.head
+            && !(self.state == QpState::Sqd && self.req.cur_pkt == 0)
+    }
+
+    fn gate(&self, e: &SqEntry) -> Gate {
+        if self.cfg.qp_type != QpType::Rc {
+            return Gate::Open;
+        }
+        if self.req.psn.distance_from(self.req.acked) >= RC_WINDOW {
+            return Gate::Window;
+        }
+        if self.req.cur_pkt > 0 {
+            return Gate::Open;
+        }
+        if e.fence && self.req.rd_atomic > 0 {
+            return Gate::Fence;
+        }
+        if e.kind.is_rd_atomic() && self.req.rd_atomic >= u32::from(self.cfg.max_rd_atomic.max(1)) {
+            return Gate::RdAtomic;
+        }
+        Gate::Open
+    }
+
+    /// Sends up to `budget` packets; returns how many went out.
+    pub fn run_requester<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
+        let mut sent = 0;
+        while sent < budget && self.requester_ready() {
+            let idx = self.sq.next;
+            let e = self.sq.entry(idx);
+            if self.gate(&e) != Gate::Open {
+                break;
+            }
+            if self.req.cur_pkt == 0 && !e.started {
+                let npkts = match e.kind {
+                    WrKind::Send | WrKind::Write | WrKind::Read => {
+                        Segmentation::new(e.len, self.cfg.mtu).map_or(1, |s| s.count())
+                    }
+                    _ => 1,
+                };
+                let psn = self.req.psn;
+                let m = self.sq.entry_mut(idx);
+                m.first_psn = psn;
+                m.npkts = npkts;
+                m.started = true;
+            }
+            let e = self.sq.entry(idx);
+            let psn = self.req.psn;
+            let emitted = match self.send_packet(env, scratch, idx, &e) {
+                Ok(r) => r,
+                Err(status) => {
+                    // A local error: the WR completes with it after every older WR.
+                    self.sq.entry_mut(idx).err = Some(status);
+                    self.fatal(env, true);
+                    self.settle(env);
+                    return sent;
+                }
+            };
+            sent += 1;
+            self.stat(env, Stat::SentPkts, 1);
+            if psn.before(self.req.high) {
+                self.stat(env, Stat::Retransmits, 1);
+            }
+            self.advance(env, idx, &e);
+            if emitted == Emit::Congested {
+                break;
+            }
+        }
+        self.update_timer(env, false);
+        self.check_drained(env);
+        self.settle(env);
+        sent
+    }
+
+    /// Moves past the packet of WR `idx` just sent.
+    fn advance<E: Env>(&mut self, env: &mut E, idx: u32, e: &SqEntry) {
+        let req_pkts = match e.kind {
+            WrKind::Send | WrKind::Write => e.npkts,
+            _ => 1,
+        };
+        self.req.cur_pkt += 1;
+        self.req.psn = self.req.psn.next();
+        if self.req.cur_pkt >= req_pkts {
+            if e.kind == WrKind::Read {
+                self.req.psn = e.first_psn.wrapping_add(e.npkts);
+            }
+            self.req.cur_pkt = 0;
+            self.sq.next = idx.wrapping_add(1);
+            if self.cfg.qp_type == QpType::Rc {
+                if e.kind.is_rd_atomic() {
+                    self.req.rd_atomic += 1;
+                }
+            } else {
+                // UC and UD complete as soon as the last packet left.
+                self.complete_front(env, super::wc_status::SUCCESS);
+                self.req.acked = self.req.psn;
+            }
+        }
+        if self.req.psn.after(self.req.high) {
+            self.req.high = self.req.psn;
+        }
+    }
+
+    fn send_packet<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], idx: u32, e: &SqEntry) -> Result<Emit, u32> {
+        let cfg = self.cfg;
+        let t = transport_of(cfg.qp_type);
+        let slot = self.sq.slot(idx);
+        let w = wqe::decode_send_wqe(slot).ok_or(wc_status::LOC_QP_OP_ERR)?;
+        let src = wqe::source(slot, &w).ok_or(wc_status::LOC_QP_OP_ERR)?;
+        let (pos, pay_off, pay_len) = match e.kind {
+            WrKind::Send | WrKind::Write => {
+                let seg = Segmentation::new(e.len, cfg.mtu).ok_or(wc_status::GENERAL_ERR)?;
+                let s = seg.segment(self.req.cur_pkt).ok_or(wc_status::GENERAL_ERR)?;
+                (s.position, s.offset, s.len)
+            }
+            _ => (Position::Only, 0, 0),
+        };
+        let opc = request_opcode(t, e.kind, pos, e.imm);
+        let psn = self.req.psn;
+        let dest_qp = if cfg.qp_type == QpType::Ud { w.remote_qpn } else { cfg.dest_qpn };
+        let end = pos.is_end();
+        let ack_req =
+            cfg.qp_type == QpType::Rc && (end || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
+        let mut h = Headers::new(Bth {
+            opcode: opc,
+            se: end && w.send_flags & super::send_flags::SOLICITED != 0,
+            pkey: BTH_DEF_PKEY,
+            dest_qp,
+            ack_req,
+            psn,
+            ..Bth::default()
+        });
+        let info = opcode::info(opc).ok_or(wc_status::GENERAL_ERR)?;
+        if info.headers.has(opcode::Ext::Reth) {
+            h.reth = Some(match e.kind {
+                // A READ sent again asks only for what has not arrived (a partial re-read).
+                WrKind::Read => {
+                    let off = e.read_done.saturating_mul(cfg.mtu).min(e.len);
+                    Reth { va: w.remote_addr.wrapping_add(u64::from(off)), rkey: w.rkey, len: e.len - off }
+                }
+                _ => Reth { va: w.remote_addr, rkey: w.rkey, len: e.len },
+            });
+        }
+        if info.headers.has(opcode::Ext::ImmDt) {
+            h.immdt = Some(ImmDt { imm: u32::from_be_bytes(w.imm_data.to_ne_bytes()) });
+        }
+        if info.headers.has(opcode::Ext::Deth) {
+            let qkey = if w.remote_qkey & 0x8000_0000 != 0 { cfg.qkey } else { w.remote_qkey };
+            h.deth = Some(Deth { qkey, src_qp: cfg.qpn });
+        }
+        if info.headers.has(opcode::Ext::AtomicEth) {
+            let (swap_add, compare) = match e.kind {
+                WrKind::CmpSwap => (w.swap, w.compare_add),
+                _ => (w.compare_add, 0),
+            };
+            h.atmeth = Some(AtomicEth { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
+        }
+        let len = super::assemble(scratch, &h, pay_len as usize, |buf| src.gather(env, u64::from(pay_off), buf))?;
+        let dest = if cfg.qp_type == QpType::Ud { Dest::Ah { ah: w.ah_num, qpn: w.remote_qpn } } else { Dest::Connected };
+        let r = env.emit(&scratch[..len], dest);
+        self.stat(env, Stat::SentBytes, len as u64);
+        Ok(r)
+    }
+
+    /// Restarts, stops or leaves the retransmit timer: it runs while a sent PSN is
+    /// unacknowledged (RC, not waiting for RNR), and `progress` restarts it.
+    pub(super) fn update_timer<E: Env>(&mut self, env: &mut E, progress: bool) {
+        let outstanding = self.cfg.qp_type == QpType::Rc
+            && self.req.acked != self.req.psn
+            && !self.req.rnr_wait
+            && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
+        match (outstanding, timeout_usecs(self.cfg.timeout)) {
+            (true, Some(us)) => {
+                if progress || !self.req.timer_armed {
+                    env.set_retry_timer(Some(us));
+                    self.req.timer_armed = true;
+                }
+            }
+            _ => {
+                if self.req.timer_armed {
+                    env.set_retry_timer(None);
+                    self.req.timer_armed = false;
+                }
+            }
+        }
+    }
+
+    /// The retransmit timer fired: go back N from the oldest unacknowledged PSN, or fail the
+    /// oldest WR with RETRY_EXC_ERR when the retries are spent. The caller then runs the
+    /// requester.
+    pub fn retry_timer_expired<E: Env>(&mut self, env: &mut E) {
+        self.req.timer_armed = false;
+        let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
+        if !active || self.cfg.qp_type != QpType::Rc || self.req.acked == self.req.psn || self.req.rnr_wait {
+            return;
+        }
+        self.stat(env, Stat::Timeouts, 1);
+        self.req.retrying = false;
+        if self.spend_retry(env) {
+            let p = self.req.acked;
+            self.rewind(p);
+        }
+        self.update_timer(env, false);
+        self.settle(env);
+    }
+
+    /// Spends one retry; when none is left, completes the oldest WR with RETRY_EXC_ERR and
+    /// moves the QP to ERR. Returns whether the retry may go ahead.
+    pub(super) fn spend_retry<E: Env>(&mut self, env: &mut E) -> bool {
+        if self.req.retry_left == 0 {
+            self.stat(env, Stat::RetryExceeded, 1);
+            self.fail_oldest(env, wc_status::RETRY_EXC_ERR);
+            return false;
+        }
+        self.req.retry_left -= 1;
+        true
+    }
+
+    /// The RNR timer fired: the requester may resend.
+    pub fn rnr_timer_expired(&mut self) {
+        self.req.rnr_wait = false;
+    }
+
+    /// Go back N: the next packet sent is the one at `psn` (a SEND/WRITE resumes at that packet,
+    /// a READ at its first missing response, an atomic from its start). `psn` outside every
+    /// started WR changes nothing.
+    pub(super) fn rewind(&mut self, psn: Psn) {
+        let mut i = self.sq.done;
+        let mut rd_atomic = 0;
+        loop {
+            let at_cur = i == self.sq.next;
+            if at_cur && self.req.cur_pkt == 0 {
+                return;
+            }
+            if !at_cur && i == self.sq.head {
+                return;
+            }
+            let e = self.sq.entry(i);
+            if e.started && psn.in_window(e.first_psn, e.npkts.max(1)) {
+                let (p, k) = match e.kind {
+                    WrKind::Send | WrKind::Write => (psn, psn.distance_from(e.first_psn)),
+                    _ => (e.resume_psn(), 0),
+                };
+                self.sq.next = i;
+                self.req.cur_pkt = k;
+                self.req.psn = p;
+                self.req.rd_atomic = rd_atomic;
+                return;
+            }
+            if at_cur {
+                return;
+            }
+            if e.kind.is_rd_atomic() {
+                rd_atomic += 1;
+            }
+            i = i.wrapping_add(1);
+        }
+    }
+}

@@ -1,0 +1,756 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The responder: takes request packets (RC, UC) and datagrams (UD), places SENDs and WRITEs,
+//! executes READs and atomics into responder resources, answers duplicates from those
+//! resources, and sends ACKs, NAKs and responses in PSN order.
+
+use super::{
+    access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, RecvTake,
+    RecvWr, RxInfo, SqEntry, Stat, GRH_LEN,
+};
+use crate::logic::{
+    opcode::{self, Operation, Position},
+    psn::Psn,
+    qp_state::{QpState, QpType},
+    wire::{
+        self, Aeth, AtomicAckEth, Bth, Headers, NakCode, Packet, Segmentation, Syndrome, AETH_ACK_UNLIMITED,
+        BTH_DEF_PKEY,
+    },
+};
+use core::ops::DerefMut;
+
+/// What a responder resource records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResKind {
+    /// Free.
+    #[default]
+    Free,
+    /// An RDMA READ: its responses come from `rkey`/`va`/`len` as recorded.
+    Read,
+    /// An atomic: its acknowledge carries `orig`, the value before it was executed.
+    Atomic,
+}
+
+/// A responder resource (IBTA 9.7.5.1.6): one received READ or atomic, kept so that a
+/// duplicate is answered from it and never executed again.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resource {
+    kind: ResKind,
+    /// First PSN of the request; a READ spans `count` PSNs from it.
+    psn: Psn,
+    count: u32,
+    rkey: u32,
+    va: u64,
+    len: u32,
+    orig: u64,
+    /// The MSN its responses carry.
+    msn: u32,
+    /// Next response packet to send (`count`: all sent).
+    next: u32,
+    /// The packet the current answer started at: a re-read is answered from its first
+    /// missing packet, starting again with READ_RESPONSE_FIRST (as a requester expects after
+    /// it re-issued the READ).
+    first: u32,
+}
+
+impl Resource {
+    fn pending(&self) -> bool {
+        self.kind != ResKind::Free && self.next < self.count
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum InMsg {
+    #[default]
+    None,
+    Send,
+    Write,
+}
+
+/// Responder state.
+#[derive(Debug)]
+pub(super) struct Responder<R> {
+    /// The resources, a ring of `res.len()` entries: `head` is the oldest, `len` in use.
+    res: R,
+    res_head: usize,
+    res_len: usize,
+    pub(super) epsn: Psn,
+    pub(super) msn: u32,
+    pub(super) in_msg: InMsg,
+    /// Bytes of the current message received so far.
+    msg_off: u64,
+    /// The receive WQE of the current SEND / WRITE_WITH_IMM (taken at its first packet).
+    pub(super) recv: Option<RecvWr>,
+    /// RDMA WRITE target of the current message.
+    wr_va: u64,
+    wr_rkey: u32,
+    wr_len: u64,
+    /// A NAK for `epsn` (sequence or RNR) was sent or is queued: later packets are dropped
+    /// silently until `epsn` arrives (the requester's timer covers a lost NAK).
+    nak_sent: bool,
+    /// UC: drop packets until the next first/only.
+    uc_drop: bool,
+    /// PSN to acknowledge once nothing is owed.
+    ack_pending: Option<Psn>,
+    /// A sequence or RNR NAK waiting for the responses owed before it.
+    nak_pending: Option<(Psn, Aeth)>,
+    pub(super) comm_est_sent: bool,
+}
+
+impl<R: DerefMut<Target = [Resource]>> Responder<R> {
+    pub(super) fn new(res: R) -> Self {
+        let mut r = Responder {
+            res,
+            res_head: 0,
+            res_len: 0,
+            epsn: Psn::ZERO,
+            msn: 0,
+            in_msg: InMsg::None,
+            msg_off: 0,
+            recv: None,
+            wr_va: 0,
+            wr_rkey: 0,
+            wr_len: 0,
+            nak_sent: false,
+            uc_drop: false,
+            ack_pending: None,
+            nak_pending: None,
+            comm_est_sent: false,
+        };
+        r.reset();
+        r
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.res.iter_mut().for_each(|r| *r = Resource::default());
+        self.res_head = 0;
+        self.res_len = 0;
+        self.epsn = Psn::ZERO;
+        self.msn = 0;
+        self.in_msg = InMsg::None;
+        self.msg_off = 0;
+        self.recv = None;
+        self.nak_sent = false;
+        self.uc_drop = false;
+        self.ack_pending = None;
+        self.nak_pending = None;
+        self.comm_est_sent = false;
+    }
+
+    /// Entering ERR: nothing more is sent.
+    pub(super) fn on_flush(&mut self) {
+        for r in self.res.iter_mut() {
+            r.next = r.count;
+        }
+        self.in_msg = InMsg::None;
+        self.ack_pending = None;
+        self.nak_pending = None;
+    }
+
+    fn at(&self, k: usize) -> usize {
+        (self.res_head + k) % self.res.len()
+    }
+
+    fn owed(&self) -> bool {
+        (0..self.res_len).any(|k| self.res[self.at(k)].pending())
+    }
+
+    /// The recorded resource whose PSN range holds `psn`.
+    fn find(&self, psn: Psn) -> Option<usize> {
+        (0..self.res_len).map(|k| self.at(k)).find(|&i| {
+            let r = &self.res[i];
+            r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1))
+        })
+    }
+}
+
+/// Why a request failed at the responder, with what the requester and our CQ are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// Malformed or unsupported request, a message longer than the receive buffer, a WRITE
+    /// past its RETH length: NAK Invalid Request.
+    Invalid,
+    /// rkey, bounds or rights: NAK Remote Access Error.
+    Access,
+    /// A malformed receive WQE or a local protection fault while placing data: NAK Remote
+    /// Operational Error.
+    Operational,
+}
+
+impl<B, M, R> Engine<B, M, R>
+where
+    B: DerefMut<Target = [u8]>,
+    M: DerefMut<Target = [SqEntry]>,
+    R: DerefMut<Target = [Resource]>,
+{
+    fn capacity(&self) -> usize {
+        usize::from(self.cfg.max_dest_rd_atomic).min(self.resp.res.len())
+    }
+
+    /// Whether responses or a NAK are still owed ([`Engine::run_responder`] sends them).
+    pub fn responder_pending(&self) -> bool {
+        self.resp.owed() || self.resp.nak_pending.is_some()
+    }
+
+    fn send_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, aeth: Aeth) -> Emit {
+        let mut h = Headers::new(Bth {
+            opcode: opcode::RC_ACKNOWLEDGE,
+            pkey: BTH_DEF_PKEY,
+            dest_qp: self.cfg.dest_qpn,
+            psn,
+            ..Bth::default()
+        });
+        h.aeth = Some(aeth);
+        let r = match super::assemble(scratch, &h, 0, |_| Ok(())) {
+            Ok(len) => {
+                self.stat(env, Stat::SentPkts, 1);
+                self.stat(env, Stat::SentBytes, len as u64);
+                env.emit(&scratch[..len], Dest::Connected)
+            }
+            Err(_) => Emit::Sent,
+        };
+        match aeth.syndrome() {
+            Syndrome::Ack { .. } => {}
+            Syndrome::RnrNak { .. } => self.stat(env, Stat::RnrNaksSent, 1),
+            Syndrome::Nak(NakCode::PsnSeqError) => self.stat(env, Stat::SeqNaksSent, 1),
+            _ => self.stat(env, Stat::ErrNaksSent, 1),
+        }
+        r
+    }
+
+    /// A sequence or RNR NAK for `epsn`: sent after the responses owed for lower PSNs.
+    fn defer_nak(&mut self, psn: Psn, aeth: Aeth) {
+        self.resp.nak_sent = true;
+        self.resp.ack_pending = None;
+        self.resp.nak_pending = Some((psn, aeth));
+    }
+
+    /// A fatal responder error (class A/C): the NAK goes out at once (the responses it would
+    /// have waited for are dropped with everything else), the receive WQE in use completes
+    /// with `status`, and the QP goes to ERR.
+    fn fail<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, fault: Fault, status: Option<u32>) {
+        let code = match fault {
+            Fault::Invalid => NakCode::InvalidRequest,
+            Fault::Access => NakCode::RemoteAccessError,
+            Fault::Operational => NakCode::RemoteOperationalError,
+        };
+        if let (Some(st), Some(r)) = (status, self.resp.recv.take()) {
+            self.post(env, CqSel::Recv, &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn));
+        }
+        let a = Aeth::nak(self.resp.msn, code);
+        self.send_ack(env, scratch, psn, a);
+        self.fatal(env, fault == Fault::Operational);
+    }
+
+    /// Sends the coalesced ACK, if one is pending and nothing is owed before it.
+    pub fn flush_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8]) {
+        if self.state == QpState::Err || self.resp.owed() {
+            return;
+        }
+        if let Some((p, a)) = self.resp.nak_pending.take() {
+            self.send_ack(env, scratch, p, a);
+            return;
+        }
+        if let Some(p) = self.resp.ack_pending.take() {
+            let a = Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED);
+            self.send_ack(env, scratch, p, a);
+        }
+    }
+
+    /// Abandons the message in progress (UC drop); a taken receive WQE is kept for the next
+    /// message.
+    fn abandon_msg(&mut self) {
+        self.resp.in_msg = InMsg::None;
+        self.resp.msg_off = 0;
+    }
+
+    /// UC: the message in progress is lost; drop until the next first/only packet.
+    fn uc_drop_msg<E: Env>(&mut self, env: &mut E, psn: Psn, end: bool) {
+        self.stat(env, Stat::RxDroppedMsgs, 1);
+        self.abandon_msg();
+        self.resp.uc_drop = !end;
+        self.resp.epsn = psn.next();
+    }
+
+    pub(super) fn rx_ud<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, info: &RxInfo) {
+        let Some(deth) = pkt.deth() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        // Q_Key: IBTA 10.2.5 (the GSI's well-known Q_Key is the shell's concern).
+        if deth.qkey != self.cfg.qkey {
+            self.stat(env, Stat::RxDroppedMsgs, 1);
+            return;
+        }
+        let payload = pkt.payload();
+        if payload.len() > self.cfg.mtu as usize {
+            self.stat(env, Stat::RxDroppedMsgs, 1);
+            return;
+        }
+        let mut r = RecvWr::default();
+        match env.recv_take(&mut r) {
+            RecvTake::Taken => {}
+            RecvTake::Empty => {
+                self.stat(env, Stat::RxNoBuffer, 1);
+                return;
+            }
+            RecvTake::Bad => {
+                self.fatal(env, true);
+                return;
+            }
+        }
+        let total = GRH_LEN + payload.len();
+        let mut c = cqe(r.wr_id, wc_status::SUCCESS, wc_opcode::RECV, self.cfg.qpn);
+        if r.capacity() < total as u64 {
+            c.status = wc_status::LOC_LEN_ERR;
+            self.post(env, CqSel::Recv, &c);
+            return;
+        }
+        let placed =
+            wqe::scatter(env, &r, 0, &info.grh).and_then(|()| wqe::scatter(env, &r, GRH_LEN as u64, payload));
+        match placed {
+            Ok(()) => {
+                c.byte_len = total as u32;
+                c.src_qp = deth.src_qp;
+                c.wc_flags = wc_flags::GRH;
+                if let Some(imm) = pkt.immdt() {
+                    c.imm_data = u32::from_ne_bytes(imm.imm.to_be_bytes());
+                    c.wc_flags |= wc_flags::WITH_IMM;
+                }
+                self.post(env, CqSel::Recv, &c);
+            }
+            Err(status) => {
+                c.status = status;
+                self.post(env, CqSel::Recv, &c);
+                self.fatal(env, true);
+            }
+        }
+    }
+
+    /// A request packet for an RC or UC QP.
+    pub(super) fn rx_request<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let rc = self.cfg.qp_type == QpType::Rc;
+        let info = pkt.info();
+        let psn = pkt.bth().psn;
+        let d = psn.diff(self.resp.epsn);
+        if rc {
+            if d > 0 {
+                self.stat(env, Stat::OutOfSeqRequests, 1);
+                if !self.resp.nak_sent {
+                    let e = self.resp.epsn;
+                    self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
+                }
+                return;
+            }
+            if d < 0 {
+                self.stat(env, Stat::DuplicateRequests, 1);
+                self.rx_duplicate(env, pkt);
+                return;
+            }
+            self.resp.nak_sent = false;
+        } else if d != 0 || self.resp.uc_drop {
+            // UC: a gap loses the message in progress; a new message may start anywhere.
+            if !info.position.is_start() {
+                if self.resp.in_msg != InMsg::None {
+                    self.stat(env, Stat::RxDroppedMsgs, 1);
+                }
+                self.abandon_msg();
+                self.resp.uc_drop = true;
+                self.resp.epsn = psn.next();
+                return;
+            }
+            self.resp.uc_drop = false;
+            self.abandon_msg();
+        }
+        // Opcode sequence.
+        let want = match info.op {
+            Operation::Send => InMsg::Send,
+            Operation::RdmaWrite => InMsg::Write,
+            _ => InMsg::None,
+        };
+        let seq_ok = if info.position.is_start() {
+            self.resp.in_msg == InMsg::None
+        } else {
+            self.resp.in_msg == want && want != InMsg::None
+        };
+        if !seq_ok {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            if rc {
+                self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+                return;
+            }
+            self.abandon_msg();
+            if !info.position.is_start() {
+                self.uc_drop_msg(env, psn, false);
+                return;
+            }
+        }
+        match info.op {
+            Operation::Send | Operation::RdmaWrite => self.rx_send_write(env, scratch, pkt),
+            Operation::RdmaReadRequest if rc => self.rx_read(env, scratch, pkt),
+            Operation::CompareSwap | Operation::FetchAdd if rc => self.rx_atomic(env, scratch, pkt),
+            _ => {
+                self.stat(env, Stat::RxBadHeaders, 1);
+                if rc {
+                    self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+                }
+            }
+        }
+    }
+
+    fn take_recv<E: Env>(&mut self, env: &mut E) -> RecvTake {
+        if self.resp.recv.is_some() {
+            return RecvTake::Taken;
+        }
+        let mut r = RecvWr::default();
+        let t = env.recv_take(&mut r);
+        if t == RecvTake::Taken {
+            self.resp.recv = Some(r);
+        }
+        t
+    }
+
+    fn rx_send_write<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let rc = self.cfg.qp_type == QpType::Rc;
+        let info = pkt.info();
+        let psn = pkt.bth().psn;
+        let end = info.position.is_end();
+        let payload = pkt.payload();
+        if !wire::payload_len_ok(info, payload.len(), self.cfg.mtu as usize) {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            if rc {
+                self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+            } else {
+                self.uc_drop_msg(env, psn, end);
+            }
+            return;
+        }
+        let is_send = info.op == Operation::Send;
+        // A receive WQE: at the start of a SEND, or for the immediate of a WRITE.
+        if info.needs_recv_wqe() {
+            match self.take_recv(env) {
+                RecvTake::Taken => {}
+                RecvTake::Empty if rc => {
+                    self.stat(env, Stat::RxNoBuffer, 1);
+                    self.defer_nak(psn, Aeth::rnr_nak(self.resp.msn, self.cfg.min_rnr_timer));
+                    return;
+                }
+                RecvTake::Empty => {
+                    self.stat(env, Stat::RxNoBuffer, 1);
+                    self.uc_drop_msg(env, psn, end);
+                    return;
+                }
+                RecvTake::Bad => {
+                    if rc {
+                        self.fail(env, scratch, psn, Fault::Operational, None);
+                    } else {
+                        self.fatal(env, true);
+                    }
+                    return;
+                }
+            }
+        }
+        if info.position.is_start() {
+            self.resp.msg_off = 0;
+            if !is_send {
+                let Some(reth) = pkt.reth() else {
+                    self.stat(env, Stat::RxBadHeaders, 1);
+                    return;
+                };
+                let allowed = self.cfg.access & access::REMOTE_WRITE != 0 || reth.len == 0;
+                if !allowed
+                    || env.mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteWrite).is_err()
+                {
+                    self.remote_access_error(env, scratch, psn, end);
+                    return;
+                }
+                self.resp.wr_va = reth.va;
+                self.resp.wr_rkey = reth.rkey;
+                self.resp.wr_len = u64::from(reth.len);
+            }
+        }
+        // Place the payload.
+        let off = self.resp.msg_off;
+        let placed = if is_send {
+            match self.resp.recv {
+                Some(r) if off + payload.len() as u64 > r.capacity() => Err(Fault::Invalid),
+                Some(r) => wqe::scatter(env, &r, off, payload).map_err(|_| Fault::Operational),
+                None => Err(Fault::Operational),
+            }
+        } else if off + payload.len() as u64 > self.resp.wr_len {
+            Err(Fault::Invalid)
+        } else if payload.is_empty() {
+            Ok(())
+        } else {
+            env.mem_write(self.resp.wr_rkey, self.resp.wr_va.wrapping_add(off), payload, Access::RemoteWrite)
+                .map_err(|_| Fault::Access)
+        };
+        if let Err(fault) = placed {
+            if fault == Fault::Access {
+                self.remote_access_error(env, scratch, psn, end);
+                return;
+            }
+            if rc {
+                // IBTA 9.9.3.1.1 classes: too long -> Invalid Request (our receive completes with
+                // LOC_LEN_ERR); a fault placing into our own buffer -> Remote Operational Error
+                // (LOC_PROT_ERR).
+                let status =
+                    if fault == Fault::Invalid { wc_status::LOC_LEN_ERR } else { wc_status::LOC_PROT_ERR };
+                self.fail(env, scratch, psn, fault, Some(status));
+            } else {
+                if is_send {
+                    if let Some(r) = self.resp.recv.take() {
+                        let st =
+                            if fault == Fault::Invalid { wc_status::LOC_LEN_ERR } else { wc_status::LOC_PROT_ERR };
+                        self.post(env, CqSel::Recv, &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn));
+                    }
+                }
+                self.uc_drop_msg(env, psn, end);
+            }
+            return;
+        }
+        self.resp.msg_off = off + payload.len() as u64;
+        self.resp.in_msg = if is_send { InMsg::Send } else { InMsg::Write };
+        self.resp.epsn = psn.next();
+        if end {
+            self.resp.in_msg = InMsg::None;
+            self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
+            if info.completes_recv() {
+                if let Some(r) = self.resp.recv.take() {
+                    let mut c = cqe(r.wr_id, wc_status::SUCCESS, wc_opcode::RECV, self.cfg.qpn);
+                    if is_send {
+                        c.byte_len = self.resp.msg_off as u32;
+                    } else {
+                        c.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
+                        c.byte_len = self.resp.wr_len as u32;
+                    }
+                    if let Some(imm) = pkt.immdt() {
+                        c.imm_data = u32::from_ne_bytes(imm.imm.to_be_bytes());
+                        c.wc_flags |= wc_flags::WITH_IMM;
+                    }
+                    c.src_qp = self.cfg.dest_qpn;
+                    self.post(env, CqSel::Recv, &c);
+                }
+            }
+        }
+        if rc && pkt.bth().ack_req {
+            self.resp.ack_pending = Some(psn);
+        }
+    }
+
+    /// An rkey, bounds or rights violation: RC NAKs it and goes to ERR (class C); UC drops the
+    /// message.
+    fn remote_access_error<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, end: bool) {
+        if self.cfg.qp_type == QpType::Rc {
+            self.fail(env, scratch, psn, Fault::Access, Some(wc_status::REM_ACCESS_ERR));
+        } else {
+            self.uc_drop_msg(env, psn, end);
+        }
+    }
+
+    /// Makes room for a new resource: evicts the oldest when all `capacity` are in use. A
+    /// peer that has more outstanding than `max_dest_rd_atomic` (the oldest still owes
+    /// responses) gets no room.
+    fn res_slot(&mut self) -> Option<usize> {
+        let cap = self.capacity();
+        if cap == 0 {
+            return None;
+        }
+        // A lowered max_dest_rd_atomic (RESET to a new connection) shrinks the window.
+        while self.resp.res_len >= cap {
+            let oldest = self.resp.res_head;
+            if self.resp.res[oldest].pending() {
+                return None;
+            }
+            self.resp.res[oldest] = Resource::default();
+            self.resp.res_head = (oldest + 1) % self.resp.res.len();
+            self.resp.res_len -= 1;
+        }
+        let i = self.resp.at(self.resp.res_len);
+        self.resp.res_len += 1;
+        Some(i)
+    }
+
+    fn rx_read<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        let Some(reth) = pkt.reth() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        if reth.len != 0
+            && (self.cfg.access & access::REMOTE_READ == 0
+                || env.mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteRead).is_err())
+        {
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        let Some(seg) = Segmentation::new(reth.len, self.cfg.mtu) else { return };
+        let Some(i) = self.res_slot() else {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        };
+        self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
+        self.resp.epsn = psn.wrapping_add(seg.count());
+        self.resp.res[i] = Resource {
+            kind: ResKind::Read,
+            psn,
+            count: seg.count(),
+            rkey: reth.rkey,
+            va: reth.va,
+            len: reth.len,
+            orig: 0,
+            msn: self.resp.msn,
+            next: 0,
+            first: 0,
+        };
+    }
+
+    fn rx_atomic<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        let Some(a) = pkt.atmeth() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        if a.va % 8 != 0 {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        }
+        if self.cfg.access & access::REMOTE_ATOMIC == 0
+            || env.mem_check(a.rkey, a.va, 8, Access::RemoteAtomic).is_err()
+        {
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        // Room for its acknowledge first: an atomic that cannot be answered is not executed.
+        let Some(i) = self.res_slot() else {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        };
+        let op = if pkt.info().op == Operation::CompareSwap {
+            AtomicOp::CmpSwap { compare: a.compare, swap: a.swap_add }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = match env.mem_atomic(a.rkey, a.va, op) {
+            Ok(v) => v,
+            Err(_) => {
+                self.resp.res_len -= 1;
+                self.remote_access_error(env, scratch, psn, true);
+                return;
+            }
+        };
+        self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
+        self.resp.epsn = psn.next();
+        self.resp.res[i] = Resource {
+            kind: ResKind::Atomic,
+            psn,
+            count: 1,
+            rkey: a.rkey,
+            va: a.va,
+            len: 8,
+            orig,
+            msn: self.resp.msn,
+            next: 0,
+            first: 0,
+        };
+    }
+
+    /// A request below the expected PSN (its answer was lost, or the packet was duplicated).
+    fn rx_duplicate<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        match pkt.info().op {
+            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
+                let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
+                let Some(i) = self.resp.find(psn) else {
+                    self.stat(env, Stat::DuplicateNoResource, 1);
+                    return;
+                };
+                let r = &mut self.resp.res[i];
+                let read = pkt.info().op == Operation::RdmaReadRequest;
+                // Only what was recorded is answered again, and only to a request that names it.
+                if rkey != Some(r.rkey) || read != (r.kind == ResKind::Read) || (!read && r.psn != psn) {
+                    self.stat(env, Stat::DuplicateNoResource, 1);
+                    return;
+                }
+                let from = psn.distance_from(r.psn);
+                if r.next >= r.count || from < r.next {
+                    r.next = from;
+                    r.first = from;
+                }
+            }
+            _ => {
+                // Re-acknowledge everything received so far.
+                self.resp.ack_pending = Some(self.resp.epsn.wrapping_sub(1));
+            }
+        }
+    }
+
+    /// Sends up to `budget` owed response packets, oldest first, then the NAK or coalesced
+    /// ACK once nothing is owed. Returns the packets sent.
+    pub fn run_responder<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
+        let mut sent = 0;
+        while sent < budget && self.state != QpState::Err {
+            let Some(i) = (0..self.resp.res_len).map(|k| self.resp.at(k)).find(|&i| self.resp.res[i].pending())
+            else {
+                break;
+            };
+            sent += 1;
+            if self.emit_response(env, scratch, i) == Emit::Congested {
+                break;
+            }
+        }
+        if sent < budget {
+            self.flush_ack(env, scratch);
+        }
+        self.settle(env);
+        sent
+    }
+
+    /// Sends the next response packet of resource `i`.
+    fn emit_response<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], i: usize) -> Emit {
+        let r = self.resp.res[i];
+        self.resp.res[i].next = r.next + 1;
+        let mut h = Headers::new(Bth { pkey: BTH_DEF_PKEY, dest_qp: self.cfg.dest_qpn, ..Bth::default() });
+        let built = match r.kind {
+            ResKind::Atomic => {
+                h.bth.opcode = opcode::RC_ATOMIC_ACKNOWLEDGE;
+                h.bth.psn = r.psn;
+                h.aeth = Some(Aeth::ack(r.msn, AETH_ACK_UNLIMITED));
+                h.atmack = Some(AtomicAckEth { orig: r.orig });
+                super::assemble(scratch, &h, 0, |_| Ok(()))
+            }
+            _ => {
+                let Some(s) = Segmentation::new(r.len, self.cfg.mtu).and_then(|g| g.segment(r.next)) else {
+                    return Emit::Sent;
+                };
+                let pos = Position::of(r.next - r.first, r.count - r.first).unwrap_or(s.position);
+                h.bth.opcode = match pos {
+                    Position::First => opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    Position::Middle => opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    Position::Last => opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    Position::Only => opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                };
+                h.bth.psn = s.psn(r.psn);
+                if pos != Position::Middle {
+                    h.aeth = Some(Aeth::ack(r.msn, AETH_ACK_UNLIMITED));
+                }
+                let at = r.va.wrapping_add(u64::from(s.offset));
+                super::assemble(scratch, &h, s.len as usize, |buf| {
+                    env.mem_read(r.rkey, at, buf, Access::RemoteRead).map_err(|_| wc_status::REM_ACCESS_ERR)
+                })
+            }
+        };
+        match built {
+            Ok(n) => {
+                self.stat(env, Stat::SentPkts, 1);
+                self.stat(env, Stat::SentBytes, n as u64);
+                env.emit(&scratch[..n], Dest::Connected)
+            }
+            Err(_) => {
+                // The MR went away (or lost its rights) under the READ.
+                let p = h.bth.psn;
+                self.fail(env, scratch, p, Fault::Access, None);
+                Emit::Sent
+            }
+        }
+    }
+}
