@@ -42,6 +42,9 @@ struct Side {
     retry_timer: Option<u64>,
     stats: Vec<u64>,
     atomics_executed: u32,
+    /// The RQ ring is broken (a scribbled producer): every take answers Bad.
+    rq_broken: bool,
+    rq_takes: u32,
 }
 
 impl Side {
@@ -127,6 +130,10 @@ impl Env for Side {
         self.events.push(ev);
     }
     fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake {
+        self.rq_takes += 1;
+        if self.rq_broken {
+            return RecvTake::Bad;
+        }
         match self.rq.pop_front() {
             Some(r) => {
                 *out = r;
@@ -1204,3 +1211,19 @@ fn long_lossy_runs_with_fixed_seeds() {
 }
 
 
+
+#[test]
+fn broken_receive_ring_ends_in_err_without_spinning() {
+    // Issue 9: a ring that answers Bad for ever must not keep flush() looping.
+    let mut p = Pair::new(QpType::Rc, 1024);
+    p.sb.rq_broken = true;
+    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, wc_status::REM_OP_ERR)]);
+    assert_eq!(p.b.state(), QpState::Err);
+    assert_eq!(p.sb.events, vec![Event::QpFatal]);
+    assert!(p.sb.rq_takes <= 3, "{} takes", p.sb.rq_takes);
+    p.b.set_state(&mut p.sb, QpState::Err, false);
+    p.b.flush_if_err(&mut p.sb);
+    assert!(p.sb.rq_takes <= 5);
+}
