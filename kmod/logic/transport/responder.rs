@@ -163,6 +163,21 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
     }
 }
 
+/// Where a request packet's PSN puts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Arrival {
+    /// The expected PSN.
+    InOrder,
+    /// RC: before the expected PSN (its answer was lost, or the packet was duplicated).
+    Duplicate,
+    /// RC: past the expected PSN (dropped; one sequence NAK per gap).
+    Gap,
+    /// UC: a first/only packet after a gap starts a new message.
+    UcRestart,
+    /// UC: a middle/last packet after a gap is dropped with its message.
+    UcDrop,
+}
+
 /// Why a request failed at the responder, with what the requester and our CQ are told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -326,14 +341,28 @@ where
         }
     }
 
+    /// Where a request's PSN puts it (rxe's `check_psn`).
+    fn classify(&self, psn: Psn, start: bool) -> Arrival {
+        let d = psn.diff(self.resp.epsn);
+        match (self.cfg.qp_type, d) {
+            (QpType::Rc, 0) => Arrival::InOrder,
+            (QpType::Rc, d) if d < 0 => Arrival::Duplicate,
+            (QpType::Rc, _) => Arrival::Gap,
+            // UC: a gap loses the message in progress; a new message may start anywhere.
+            (_, 0) if !self.resp.uc_drop => Arrival::InOrder,
+            _ if start => Arrival::UcRestart,
+            _ => Arrival::UcDrop,
+        }
+    }
+
     /// A request packet for an RC or UC QP.
     pub(super) fn rx_request<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
         let rc = self.cfg.qp_type == QpType::Rc;
         let info = pkt.info();
         let psn = pkt.bth().psn;
-        let d = psn.diff(self.resp.epsn);
-        if rc {
-            if d > 0 {
+        match self.classify(psn, info.position.is_start()) {
+            Arrival::InOrder => self.resp.nak_sent = false,
+            Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
                 if !self.resp.nak_sent {
                     let e = self.resp.epsn;
@@ -341,15 +370,16 @@ where
                 }
                 return;
             }
-            if d < 0 {
+            Arrival::Duplicate => {
                 self.stat(env, Stat::DuplicateRequests, 1);
                 self.rx_duplicate(env, pkt);
                 return;
             }
-            self.resp.nak_sent = false;
-        } else if d != 0 || self.resp.uc_drop {
-            // UC: a gap loses the message in progress; a new message may start anywhere.
-            if !info.position.is_start() {
+            Arrival::UcRestart => {
+                self.resp.uc_drop = false;
+                self.abandon_msg();
+            }
+            Arrival::UcDrop => {
                 if self.resp.in_msg != InMsg::None {
                     self.stat(env, Stat::RxDroppedMsgs, 1);
                 }
@@ -358,8 +388,6 @@ where
                 self.resp.epsn = psn.next();
                 return;
             }
-            self.resp.uc_drop = false;
-            self.abandon_msg();
         }
         // Opcode sequence.
         let want = match info.op {
