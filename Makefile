@@ -1,7 +1,7 @@
 # rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo) and VM
-.PHONY: all build demo test test-host test-vm bench deps kernel clean
+.PHONY: all build demo test test-host test-vm bench fuzz deps kernel clean
 
 all: build
 
@@ -26,6 +26,10 @@ test-vm: build
 
 bench: build
 	scripts/vm-run --bare --timeout 900 -- $(CURDIR)/scripts/bench
+
+# Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path.
+fuzz: deps
+	RRXE_FUZZ_PACKETS=$${RRXE_FUZZ_PACKETS:-1000000} scripts/fuzz
 
 test: build
 	scripts/test-host

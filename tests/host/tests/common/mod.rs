@@ -1,0 +1,423 @@
+//! The simulated wire and the environment the transport tests drive the engine with: two
+//! QPs with their own memory, receive queues and CQs, packets carried between them in order
+//! or through a seeded faulty wire. Timers fire when the wire is quiet.
+#![allow(dead_code)]
+
+use rrxe_host_tests::logic::{
+    opcode::Operation,
+    qp_state::{QpState, QpType},
+    stats::COUNT,
+    transport::*,
+    wire::Packet,
+};
+use rrxe_host_tests::uapi::{Cqe, SendWqe, Sge};
+use std::collections::VecDeque;
+
+pub const SLOTS: usize = 64;
+pub const SLOT_SIZE: usize = 1024;
+pub const GID_A: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
+pub const GID_B: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+
+pub struct Mr {
+    pub key: u32,
+    pub addr: u64,
+    pub access: u32,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Default)]
+pub struct Side {
+    pub mrs: Vec<Mr>,
+    pub rq: VecDeque<RecvWr>,
+    pub send_cq: Vec<Cqe>,
+    pub recv_cq: Vec<Cqe>,
+    /// CQ capacity (completions beyond it are lost and reported as overflow).
+    pub cq_cap: Option<usize>,
+    pub events: Vec<Event>,
+    pub out: Vec<(Vec<u8>, Dest)>,
+    pub rnr_armed: u32,
+    pub retry_timer: Option<u64>,
+    pub stats: Vec<u64>,
+    pub atomics_executed: u32,
+    /// The RQ ring is broken (a scribbled producer): every take answers Bad.
+    pub rq_broken: bool,
+    pub rq_takes: u32,
+}
+
+impl Side {
+    pub fn mr(&mut self, key: u32, addr: u64, len: usize, access: u32) {
+        let bytes = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(key as u8)).collect();
+        self.mrs.push(Mr { key, addr, access, bytes });
+    }
+
+    pub fn stat(&self, s: Stat) -> u64 {
+        self.stats.get(s.index()).copied().unwrap_or(0)
+    }
+
+    pub fn find(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(&mut Mr, usize), MemError> {
+        let m = self.mrs.iter_mut().find(|m| m.key == key).ok_or(MemError::BadKey)?;
+        let need = match acc {
+            Access::LocalRead => 0,
+            Access::LocalWrite => access::LOCAL_WRITE,
+            Access::RemoteRead => access::REMOTE_READ,
+            Access::RemoteWrite => access::REMOTE_WRITE,
+            Access::RemoteAtomic => access::REMOTE_ATOMIC,
+        };
+        if m.access & need != need {
+            return Err(MemError::Access);
+        }
+        let off = addr.checked_sub(m.addr).ok_or(MemError::Bounds)?;
+        if off + len > m.bytes.len() as u64 {
+            return Err(MemError::Bounds);
+        }
+        Ok((m, off as usize))
+    }
+}
+
+impl Env for Side {
+    fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.find(key, addr, len, acc).map(|_| ())
+    }
+    fn mem_read(&mut self, key: u32, addr: u64, out: &mut [u8], acc: Access) -> Result<(), MemError> {
+        let (m, off) = self.find(key, addr, out.len() as u64, acc)?;
+        out.copy_from_slice(&m.bytes[off..off + out.len()]);
+        Ok(())
+    }
+    fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError> {
+        let (m, off) = self.find(key, addr, data.len() as u64, acc)?;
+        m.bytes[off..off + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let (m, off) = self.find(key, addr, 8, Access::RemoteAtomic)?;
+        let old = u64::from_ne_bytes(m.bytes[off..off + 8].try_into().unwrap());
+        let new = match op {
+            AtomicOp::CmpSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+        };
+        m.bytes[off..off + 8].copy_from_slice(&new.to_ne_bytes());
+        self.atomics_executed += 1;
+        Ok(old)
+    }
+    fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
+        self.out.push((pkt.to_vec(), dest));
+        Emit::Sent
+    }
+    fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool {
+        let q = match cq {
+            CqSel::Send => &mut self.send_cq,
+            CqSel::Recv => &mut self.recv_cq,
+        };
+        if self.cq_cap.is_some_and(|c| q.len() >= c) {
+            return false;
+        }
+        q.push(*cqe);
+        true
+    }
+    fn event(&mut self, ev: Event) {
+        self.events.push(ev);
+    }
+    fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake {
+        self.rq_takes += 1;
+        if self.rq_broken {
+            return RecvTake::Bad;
+        }
+        match self.rq.pop_front() {
+            Some(r) => {
+                *out = r;
+                RecvTake::Taken
+            }
+            None => RecvTake::Empty,
+        }
+    }
+    fn arm_rnr_timer(&mut self, _usecs: u32) {
+        self.rnr_armed += 1;
+    }
+    fn set_retry_timer(&mut self, usecs: Option<u64>) {
+        self.retry_timer = usecs;
+    }
+    fn stat(&mut self, s: Stat, n: u64) {
+        if self.stats.len() < COUNT {
+            self.stats.resize(COUNT, 0);
+        }
+        self.stats[s.index()] += n;
+    }
+}
+
+pub type Eng = Engine<Vec<u8>, Vec<SqEntry>, Vec<Resource>>;
+
+/// A small seeded generator (xorshift64*), so that every faulty run can be replayed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// True with probability `pct` percent.
+    pub fn chance(&mut self, pct: u32) -> bool {
+        (self.next() % 1000) < u64::from(pct) * 10
+    }
+}
+
+/// Faults of the simulated wire, in percent per packet.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Faults {
+    pub loss: u32,
+    pub dup: u32,
+    pub reorder: u32,
+    pub corrupt: u32,
+}
+
+pub type DropFn = Box<dyn FnMut(&Packet<'_>, bool) -> bool>;
+
+pub struct Pair {
+    pub a: Eng,
+    pub b: Eng,
+    pub sa: Side,
+    pub sb: Side,
+    pub scratch: Vec<u8>,
+    /// Drop the n-th packet carried (counting from 0), once.
+    pub drop_nth: Option<usize>,
+    /// Drops the packets this says to (packet, sent by `a`).
+    pub drop_if: Option<DropFn>,
+    pub carried: usize,
+    pub faults: Faults,
+    pub rng: Rng,
+    /// A packet held back to be delivered after the next one (reordering).
+    pub held: Option<(Vec<u8>, bool)>,
+    /// Retransmit timeouts fired.
+    pub timeouts: u32,
+}
+
+pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
+    let (local, remote) = if qpn == 17 { (GID_A, GID_B) } else { (GID_B, GID_A) };
+    Config {
+        qp_type: t,
+        qpn,
+        dest_qpn: dest,
+        mtu,
+        qkey: 0x1111,
+        access: access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        rnr_retry: 7,
+        timeout: 14,
+        retry_cnt: 7,
+        peer: if t == QpType::Ud { None } else { Some(PeerAddr { local, remote }) },
+        sq_sig_all: false,
+        max_send_sge: 8,
+        max_inline: 256,
+        max_recv_sge: 8,
+        has_srq: false,
+    }
+}
+
+pub fn engine(c: Config) -> Eng {
+    Eng::new(c, vec![0; SLOTS * SLOT_SIZE], vec![SqEntry::default(); SLOTS], vec![Resource::default(); 16], SLOT_SIZE)
+        .unwrap()
+}
+
+impl Pair {
+    pub fn new(t: QpType, mtu: u32) -> Pair {
+        Self::with(t, mtu, |_| {})
+    }
+
+    pub fn with(t: QpType, mtu: u32, tweak: impl Fn(&mut Config)) -> Pair {
+        let (mut ca, mut cb) = (cfg(t, 17, 18, mtu), cfg(t, 18, 17, mtu));
+        tweak(&mut ca);
+        tweak(&mut cb);
+        let mut p = Pair {
+            a: engine(ca),
+            b: engine(cb),
+            sa: Side::default(),
+            sb: Side::default(),
+            scratch: vec![0; MAX_PKT],
+            drop_nth: None,
+            drop_if: None,
+            carried: 0,
+            faults: Faults::default(),
+            rng: Rng(0x9e37_79b9_7f4a_7c15),
+            held: None,
+            timeouts: 0,
+        };
+        for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
+            e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
+            for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+                e.set_state(s, st, false);
+            }
+            s.mr(0x100, 0x1000_0000, 4 << 20, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC);
+            s.mr(0x200, 0x2000_0000, 4 << 20, access::LOCAL_WRITE);
+        }
+        p
+    }
+
+    pub fn faulty(mut self, f: Faults, seed: u64) -> Pair {
+        self.faults = f;
+        self.rng = Rng(seed | 1);
+        self
+    }
+
+    pub fn post_send(&mut self, w: SendWqe, sges: &[Sge], inline: &[u8]) {
+        let slot = self.a.sq_slot_mut().expect("room");
+        slot.fill(0);
+        let h = unsafe_free_bytes(&w);
+        slot[..h.len()].copy_from_slice(&h);
+        let mut off = h.len();
+        for s in sges {
+            slot[off..off + 8].copy_from_slice(&s.addr.to_ne_bytes());
+            slot[off + 8..off + 12].copy_from_slice(&s.length.to_ne_bytes());
+            slot[off + 12..off + 16].copy_from_slice(&s.lkey.to_ne_bytes());
+            off += 16;
+        }
+        slot[h.len()..h.len() + inline.len()].copy_from_slice(inline);
+        self.a.sq_pushed(&mut self.sa);
+    }
+
+    pub fn deliver(&mut self, bytes: &[u8], from_a: bool) {
+        let pkt = Packet::parse(bytes).expect("engine emits valid packets");
+        let (src, dst) = if from_a { (GID_A, GID_B) } else { (GID_B, GID_A) };
+        let info = RxInfo { grh: [0x47; GRH_LEN], src, dst };
+        let (eng, side) = if from_a { (&mut self.b, &mut self.sb) } else { (&mut self.a, &mut self.sa) };
+        eng.rx(side, &mut self.scratch, &pkt, &info);
+        eng.run_responder(side, &mut self.scratch, READ_BURST);
+        eng.flush_ack(side, &mut self.scratch);
+    }
+
+    /// Carries one packet through the faulty wire.
+    pub fn carry(&mut self, bytes: Vec<u8>, from_a: bool) {
+        let n = self.carried;
+        self.carried += 1;
+        if self.drop_nth == Some(n) {
+            return;
+        }
+        if let Some(f) = self.drop_if.as_mut() {
+            if f(&Packet::parse(&bytes).unwrap(), from_a) {
+                return;
+            }
+        }
+        let f = self.faults;
+        if self.rng.chance(f.loss) || self.rng.chance(f.corrupt) {
+            return;
+        }
+        let dup = self.rng.chance(f.dup);
+        if self.held.is_none() && self.rng.chance(f.reorder) {
+            self.held = Some((bytes, from_a));
+            return;
+        }
+        self.deliver(&bytes, from_a);
+        if dup {
+            self.deliver(&bytes, from_a);
+        }
+        if let Some((b, fa)) = self.held.take() {
+            self.deliver(&b, fa);
+        }
+    }
+
+    /// Runs both engines and carries packets until nothing moves and no timer is armed.
+    pub fn run(&mut self) {
+        for _ in 0..1_000_000 {
+            let mut moved = self.a.run_requester(&mut self.sa, &mut self.scratch, 16) > 0;
+            moved |= self.b.run_requester(&mut self.sb, &mut self.scratch, 16) > 0;
+            moved |= self.a.run_responder(&mut self.sa, &mut self.scratch, 16) > 0;
+            moved |= self.b.run_responder(&mut self.sb, &mut self.scratch, 16) > 0;
+            for from_a in [true, false] {
+                let pkts: Vec<_> = if from_a { self.sa.out.drain(..).collect() } else { self.sb.out.drain(..).collect() };
+                for (bytes, _dest) in pkts {
+                    moved = true;
+                    self.carry(bytes, from_a);
+                }
+            }
+            if moved {
+                continue;
+            }
+            if let Some((b, fa)) = self.held.take() {
+                self.deliver(&b, fa);
+                continue;
+            }
+            if self.sa.rnr_armed > 0 {
+                self.sa.rnr_armed = 0;
+                self.a.rnr_timer_expired();
+                continue;
+            }
+            // The wire is quiet: the retransmit timers fire.
+            let mut fired = false;
+            if self.sa.retry_timer.take().is_some() {
+                self.a.retry_timer_expired(&mut self.sa);
+                fired = true;
+            }
+            if self.sb.retry_timer.take().is_some() {
+                self.b.retry_timer_expired(&mut self.sb);
+                fired = true;
+            }
+            if !fired {
+                return;
+            }
+            self.timeouts += 1;
+        }
+        panic!("no quiescence");
+    }
+}
+
+pub fn unsafe_free_bytes(w: &SendWqe) -> Vec<u8> {
+    let mut v = vec![0u8; core::mem::size_of::<SendWqe>()];
+    v[0..8].copy_from_slice(&w.wr_id.to_ne_bytes());
+    v[8..12].copy_from_slice(&w.opcode.to_ne_bytes());
+    v[12..16].copy_from_slice(&w.send_flags.to_ne_bytes());
+    v[16..20].copy_from_slice(&w.imm_data.to_ne_bytes());
+    v[20..24].copy_from_slice(&w.num_sge.to_ne_bytes());
+    v[24..28].copy_from_slice(&w.inline_len.to_ne_bytes());
+    v[28..32].copy_from_slice(&w.ah_num.to_ne_bytes());
+    v[32..40].copy_from_slice(&w.remote_addr.to_ne_bytes());
+    v[40..44].copy_from_slice(&w.rkey.to_ne_bytes());
+    v[44..48].copy_from_slice(&w.remote_qpn.to_ne_bytes());
+    v[48..56].copy_from_slice(&w.compare_add.to_ne_bytes());
+    v[56..64].copy_from_slice(&w.swap.to_ne_bytes());
+    v[64..68].copy_from_slice(&w.remote_qkey.to_ne_bytes());
+    v
+}
+
+pub fn recv(wr_id: u64, addr: u64, len: u32, key: u32) -> RecvWr {
+    let mut r = RecvWr { wr_id, num_sge: 1, ..RecvWr::default() };
+    r.sges[0] = Sge { addr, length: len, lkey: key };
+    r
+}
+
+pub fn bytes(s: &Side, key: u32, addr: u64, len: usize) -> Vec<u8> {
+    let m = s.mrs.iter().find(|m| m.key == key).unwrap();
+    let off = (addr - m.addr) as usize;
+    m.bytes[off..off + len].to_vec()
+}
+
+pub fn signaled(op: u32, wr_id: u64, num_sge: u32) -> SendWqe {
+    SendWqe { wr_id, opcode: op, send_flags: send_flags::SIGNALED, num_sge, ..SendWqe::default() }
+}
+
+
+pub fn is_op(p: &Packet<'_>, op: Operation) -> bool {
+    p.info().op == op
+}
+
+pub fn statuses(s: &Side) -> Vec<(u64, u32)> {
+    s.send_cq.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+pub fn read_wr(wr_id: u64, remote: u64, local: u64, len: u32) -> (SendWqe, Sge) {
+    let mut r = signaled(wr_opcode::RDMA_READ, wr_id, 1);
+    r.remote_addr = remote;
+    r.rkey = 0x100;
+    (r, Sge { addr: local, length: len, lkey: 0x200 })
+}
