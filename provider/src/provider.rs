@@ -54,6 +54,7 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     alloc_pd: Some(pd::alloc_pd),
     create_ah: Some(ah::create_ah),
     create_cq: Some(cq::create_cq),
+    create_cq_ex: Some(cq::create_cq_ex),
     create_qp: Some(qp::create_qp),
     create_qp_ex: Some(qp::create_qp_ex),
     create_srq: Some(srq::create_srq),
