@@ -258,6 +258,42 @@ pub fn check_create_cq_ex(wc_flags: u64, comp_mask: u32, flags: u32) -> Result<(
     Ok(())
 }
 
+/// The rdma-core release whose libibverbs private structures `src/abi/` declares: the
+/// layouts of `verbs_qp`/`ibv_qp_ex` (which libibverbs itself writes into) changed within the
+/// span of private ABI 34 (rdma-core 34..56), so the symbol version `IBVERBS_PRIVATE_34` alone
+/// does not tell a compatible libibverbs from an incompatible one.
+pub const LIBIBVERBS_RELEASE: u32 = 44;
+
+/// The rdma-core release in a libibverbs file name: rdma-core names the library
+/// `libibverbs.so.<soname 1>.<map version>.<PACKAGE_VERSION>` (Debian 12:
+/// `libibverbs.so.1.14.44.0`). `None` when the name does not have that shape.
+pub fn libibverbs_release(file_name: &str) -> Option<(u32, String)> {
+    let rest = file_name.strip_prefix("libibverbs.so.1.")?;
+    let mut parts = rest.split('.');
+    let _map: u32 = parts.next()?.parse().ok()?;
+    let release: u32 = parts.next()?.parse().ok()?;
+    let minor = parts.next()?;
+    if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) || parts.next().is_some() {
+        return None;
+    }
+    Some((release, format!("{release}.{minor}")))
+}
+
+/// Decides whether the provider may register with the libibverbs loaded from `path` (its
+/// real path, symlinks resolved): `Err` holds the one line to print when it may not.
+pub fn check_libibverbs(path: &str) -> Result<(), String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match libibverbs_release(name) {
+        Some((r, _)) if r == LIBIBVERBS_RELEASE => Ok(()),
+        Some((_, version)) => Err(format!(
+            "{PFX}: {path} is rdma-core {version}, but this provider declares libibverbs' private structures as in rdma-core {LIBIBVERBS_RELEASE} (their layouts differ between releases of private ABI 34); the rrxe provider is not registered: rebuild it against this libibverbs"
+        )),
+        None => Err(format!(
+            "{PFX}: cannot tell which rdma-core release {path} is (expected libibverbs.so.1.<n>.{LIBIBVERBS_RELEASE}.<m>); the rrxe provider, built for rdma-core {LIBIBVERBS_RELEASE}, is not registered"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,5 +565,32 @@ mod tests {
             check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN),
             Err(libc::EOPNOTSUPP)
         );
+    }
+
+    #[test]
+    fn libibverbs_release_from_the_file_name() {
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.0"), Some((44, "44.0".into())));
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.12"), Some((44, "44.12".into())));
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.45.0"), Some((45, "45.0".into())));
+        for bad in [
+            "libibverbs.so.1",
+            "libibverbs.so",
+            "libibverbs.so.1.14",
+            "libibverbs.so.1.14.44",
+            "libibverbs.so.1.14.44.",
+            "libibverbs.so.1.14.44.0.1",
+            "libibverbs.so.2.14.44.0",
+            "libfoo.so.1.14.44.0",
+            "libibverbs.so.1.x.44.0",
+        ] {
+            assert_eq!(libibverbs_release(bad), None, "{bad}");
+        }
+        assert_eq!(check_libibverbs("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"), Ok(()));
+        assert_eq!(check_libibverbs("libibverbs.so.1.14.44.3"), Ok(()));
+        let e = check_libibverbs("/opt/rdma/lib/libibverbs.so.1.14.50.0").unwrap_err();
+        assert!(e.starts_with("librrxe: /opt/rdma/lib/libibverbs.so.1.14.50.0 is rdma-core 50.0"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = check_libibverbs("/tmp/libibverbs.so").unwrap_err();
+        assert!(e.contains("cannot tell"), "{e}");
     }
 }
