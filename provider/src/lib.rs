@@ -20,9 +20,14 @@ mod log;
 pub mod pd;
 pub mod provider;
 pub mod qp;
+pub mod qp_ex;
 pub mod ring;
 pub mod srq;
+pub mod sync;
 pub mod util;
 
 #[cfg(test)]
 mod mock_tests;
+
+#[cfg(test)]
+mod cq_tests;

@@ -16,6 +16,12 @@ use core::mem::{offset_of, size_of, zeroed};
 use core::ptr;
 
 use crate::abi::*;
+
+#[link(name = "ibverbs")]
+unsafe extern "C" {
+    /// libibverbs' own `ibv_qp_to_qp_ex` (reads `verbs_qp::comp_mask` at its v44 offset).
+    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
+}
 use crate::context::{free_context, RrxeContext};
 use crate::device::RrxeDevice;
 use crate::provider::{RRXE_CTX_OPS, RRXE_DEVICE_OPS};
@@ -169,9 +175,27 @@ fn accepting_kernel_every_object_round_trips() {
         let qp2 = qp::create_qp_ex(ctx, &mut ax);
         assert!(!qp2.is_null());
         assert_eq!((*qp2.cast::<verbs_qp>()).comp_mask, 0);
+        // SEND_OPS_FLAGS: the builders, for what the QP type offers; the rest is refused
+        // before the kernel is asked.
         ax.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-        assert!(qp::create_qp_ex(ctx, &mut ax).is_null());
-        errno_is(libc::EOPNOTSUPP);
+        for bad in [
+            IBV_QP_EX_WITH_RDMA_READ,
+            IBV_QP_EX_WITH_LOCAL_INV,
+            IBV_QP_EX_WITH_SEND_WITH_INV,
+            IBV_QP_EX_WITH_BIND_MW,
+            IBV_QP_EX_WITH_TSO,
+        ] {
+            ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND | bad);
+            assert!(qp::create_qp_ex(ctx, &mut ax).is_null(), "{bad:#x}");
+            errno_is(libc::EOPNOTSUPP);
+        }
+        ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
+        let qp3 = qp::create_qp_ex(ctx, &mut ax);
+        assert!(!qp3.is_null());
+        assert_eq!((*qp3.cast::<verbs_qp>()).comp_mask, VERBS_QP_EX);
+        assert_eq!(ibv_qp_to_qp_ex(qp3), qp3.cast::<ibv_qp_ex>());
+        assert!(ibv_qp_to_qp_ex(qp2).is_null(), "no builders without SEND_OPS_FLAGS");
+        assert!(ibv_qp_to_qp_ex(qp).is_null());
 
         let mut aha: ibv_ah_attr = zeroed();
         aha.port_num = 1;
@@ -186,10 +210,11 @@ fn accepting_kernel_every_object_round_trips() {
         // Destroying a CQ/QP on the write() path makes libibverbs wait until the application
         // has acknowledged as many events as the kernel reports in the destroy response, which
         // this fake kernel never writes; reclaim those directly (the VM tests destroy them).
-        for q in [qp, qp2] {
+        for q in [qp, qp2, qp3] {
+            qp::RrxeQp::drop_rings(q.cast());
             drop(CBox::from_raw(q.cast::<qp::RrxeQp>()));
         }
-        drop(CBox::from_raw(cq.cast::<cq::RrxeCq>()));
+        cq::free_cq(cq.cast());
     }
 }
 
@@ -206,19 +231,19 @@ fn refusing_kernel_every_create_fails_cleanly() {
 
         let mut fake_pd: ibv_pd = zeroed();
         fake_pd.context = ctx;
-        let mut fake_cq: ibv_cq = zeroed();
-        fake_cq.context = ctx;
+        let fake = cq::test_cq(ctx, None);
+        let fake_cq = fake;
 
         assert!(pd::reg_mr(&mut fake_pd, buf.as_mut_ptr().cast(), buf.len(), 0, 1).is_null());
         errno_is(libc::ENOSPC);
         assert!(cq::create_cq(ctx, 16, ptr::null_mut(), 0).is_null());
         errno_is(libc::ENOSPC);
-        let mut attr = rc_attr(&mut fake_cq);
+        let mut attr = rc_attr(fake_cq);
         assert!(qp::create_qp(&mut fake_pd, &mut attr).is_null());
         errno_is(libc::ENOSPC);
         let mut ax: ibv_qp_init_attr_ex = zeroed();
-        ax.send_cq = &mut fake_cq;
-        ax.recv_cq = &mut fake_cq;
+        ax.send_cq = fake_cq;
+        ax.recv_cq = fake_cq;
         ax.qp_type = IBV_QPT_RC;
         ax.pd = &mut fake_pd;
         ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
@@ -230,9 +255,10 @@ fn refusing_kernel_every_create_fails_cleanly() {
 
         // Through-the-kernel polling reports an error, never a completion count.
         let mut wc: [ibv_wc; 4] = zeroed();
-        assert_eq!(cq::poll_cq(&mut fake_cq, 4, wc.as_mut_ptr()), -1);
-        assert_eq!(cq::req_notify_cq(&mut fake_cq, 1), libc::ENOSPC);
-        assert_eq!(cq::resize_cq(&mut fake_cq, 8), libc::ENOSPC);
+        assert_eq!(cq::poll_cq(fake_cq, 4, wc.as_mut_ptr()), -1);
+        assert_eq!(cq::req_notify_cq(fake_cq, 1), libc::ENOSPC);
+        assert_eq!(cq::resize_cq(fake_cq, 8), libc::ENOSPC);
+        cq::free_cq(fake.cast());
     }
 }
 
@@ -269,7 +295,7 @@ fn failed_destroy_keeps_the_object() {
         assert_eq!(pd::dealloc_pd(pd), 0);
         // Reclaim the CQ/QP directly (see accepting_kernel_every_object_round_trips).
         drop(CBox::from_raw(qp.cast::<qp::RrxeQp>()));
-        drop(CBox::from_raw(cq.cast::<cq::RrxeCq>()));
+        cq::free_cq(cq.cast());
     }
 }
 
@@ -505,15 +531,16 @@ fn rc_post_send_and_recv_through_the_trampolines() {
         assert_one_doorbell(&pipe.take(), 0x1234);
         while sk.pop_send().is_some() {}
 
-        // A doorbell the kernel refuses is reported; the WQEs stay posted, bad_wr untouched.
+        // A doorbell the kernel refuses is reported with the first WR as bad_wr (the kernel
+        // was told about none of them); the WQEs stay in the ring.
         m.switch_to(c"/dev/full");
         bad = ptr::null_mut();
         assert_eq!(qp::post_send(qp, sends.head(), &mut bad), libc::ENOSPC);
-        assert!(bad.is_null());
+        assert_eq!(bad, sends.head());
         assert_eq!(sk.pending(), 3);
 
         reclaim_qp(qp);
-        drop(CBox::from_raw(cq.cast::<cq::RrxeCq>()));
+        cq::free_cq(cq.cast());
         m.switch_to(c"/dev/null");
         assert_eq!(pd::dealloc_pd(pd), 0);
         drop((sq_mem, rq_mem));
@@ -582,7 +609,7 @@ fn ud_post_send_names_ahs_by_their_kernel_number() {
 
         assert_eq!(ah::destroy_ah(ah), 0);
         reclaim_qp(qp);
-        drop(CBox::from_raw(cq.cast::<cq::RrxeCq>()));
+        cq::free_cq(cq.cast());
         assert_eq!(pd::dealloc_pd(pd), 0);
         drop(sq_mem);
     }
@@ -668,7 +695,7 @@ fn srq_verbs_and_qps_on_an_srq() {
         reclaim_qp(qp);
         drop(Box::from_raw((*rs).ring));
         drop(CBox::from_raw(rs));
-        drop(CBox::from_raw(cq.cast::<cq::RrxeCq>()));
+        cq::free_cq(cq.cast());
         m.switch_to(c"/dev/null");
         assert_eq!(pd::dealloc_pd(pd), 0);
         drop(mem);
@@ -747,4 +774,340 @@ fn qp_ring_announcements_are_checked() {
     assert_eq!(sq.unwrap().caps().max_sge, 1);
     // SAFETY: our fd.
     unsafe { libc::close(fd) };
+}
+
+/// Calls through an `ibv_qp_ex`'s function pointers, as the `ibv_wr_*` inlines do.
+struct Wr(*mut ibv_qp_ex);
+
+impl Wr {
+    /// Sets `wr_id`/`wr_flags` for the next builder.
+    fn next(&self, id: u64, flags: u32) -> &Self {
+        // SAFETY: a live QP with builders.
+        unsafe {
+            (*self.0).wr_id = id;
+            (*self.0).wr_flags = flags;
+        }
+        self
+    }
+}
+
+/// Calls the `$f` callback of `$w`'s `ibv_qp_ex` with the remaining arguments.
+macro_rules! wr {
+    ($w:expr, $f:ident $(, $a:expr)*) => {
+        // (Used inside the tests' `unsafe` blocks: a live QP of ours with builders,
+        // arguments as the API requires.)
+        ((*$w.0).$f.unwrap())($w.0 $(, $a)*)
+    };
+}
+
+/// Attaches a send ring of `slots` slots bounded to `max_wr` WQEs.
+///
+/// # Safety
+/// As [`attach_sq`].
+unsafe fn attach_sq_max(qp: *mut ibv_qp, caps: SqCaps, slots: u32, max_wr: u32) -> TestMem {
+    let ss = SqRing::expected_slot_size(&caps) as u32;
+    let m = TestMem::ring(slots, ss, 0);
+    // SAFETY: as in `attach_sq`.
+    let mut r = unsafe { SqRing::from_raw(m.base(), m.len(), &info(slots, ss), caps) }.unwrap();
+    r.set_max_wr(max_wr).unwrap();
+    // SAFETY: `qp` is a live `RrxeQp` (contract).
+    unsafe { (*qp.cast::<qp::RrxeQp>()).sq = Box::into_raw(Box::new(r)) };
+    m
+}
+
+#[test]
+fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
+    let m = Mock::open(c"/dev/null");
+    let ctx = m.ctx;
+    // SAFETY: objects created on this context as libibverbs would; the ring's test memory
+    // outlives the QP; every buffer handed to a setter is a live local.
+    unsafe {
+        let pd = pd::alloc_pd(ctx);
+        let cq = cq::create_cq(ctx, 16, ptr::null_mut(), 0);
+        let mut ax: ibv_qp_init_attr_ex = zeroed();
+        ax.send_cq = cq;
+        ax.recv_cq = cq;
+        ax.qp_type = IBV_QPT_RC;
+        ax.pd = pd;
+        ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ax.send_ops_flags = crate::util::supported_send_ops(IBV_QPT_RC);
+        let qp = qp::create_qp_ex(ctx, &mut ax);
+        assert!(!qp.is_null());
+        (*qp).handle = 0x99;
+        let x = ibv_qp_to_qp_ex(qp);
+        assert_eq!(x, qp.cast::<ibv_qp_ex>());
+        let w = Wr(x);
+        let caps = SqCaps {
+            qp_type: IBV_QPT_RC,
+            max_sge: 2,
+            max_inline: 16,
+        };
+        let sq_mem = attach_sq_max(qp, caps, 8, 6);
+        let mut sk = Kernel::consumer_of(&sq_mem);
+        let pipe = CmdPipe::install(&m);
+        (*qp).state = IBV_QPS_RTS;
+
+        // One batch of six operations: every builder and setter, one doorbell.
+        let list = [
+            ibv_sge { addr: 0x3000, length: 10, lkey: 3 },
+            ibv_sge { addr: 0x4000, length: 20, lkey: 4 },
+        ];
+        let parts = [
+            ibv_data_buf { addr: b"ab".as_ptr().cast_mut().cast(), length: 2 },
+            ibv_data_buf { addr: ptr::null_mut(), length: 0 },
+            ibv_data_buf { addr: b"cde".as_ptr().cast_mut().cast(), length: 3 },
+        ];
+        let mut hello = *b"hello";
+        wr!(w, wr_start);
+        w.next(1, IBV_SEND_SIGNALED);
+        wr!(w, wr_send);
+        wr!(w, wr_set_sge, 5, 0x1000, 64);
+        w.next(2, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+        wr!(w, wr_send_imm, 0xdead_beef);
+        wr!(w, wr_set_inline_data, hello.as_mut_ptr().cast(), 5);
+        hello[0] = b'X'; // copied at the call: later changes do not matter
+        assert_eq!(hello[0], b'X');
+        w.next(3, 0);
+        wr!(w, wr_rdma_write, 7, 0x2000);
+        wr!(w, wr_set_sge_list, 2, list.as_ptr());
+        w.next(4, IBV_SEND_FENCE);
+        wr!(w, wr_rdma_write_imm, 8, 0x2100, 0x0102_0304);
+        wr!(w, wr_set_inline_data_list, 3, parts.as_ptr());
+        w.next(5, IBV_SEND_SIGNALED);
+        wr!(w, wr_atomic_cmp_swp, 9, 0x5000, 11, 22);
+        wr!(w, wr_set_sge, 6, 0x6000, 8);
+        w.next(6, IBV_SEND_SIGNALED);
+        wr!(w, wr_atomic_fetch_add, 10, 0x5008, 33);
+        wr!(w, wr_set_sge, 6, 0x6008, 8);
+        assert!(pipe.take().is_empty(), "nothing before wr_complete");
+        assert_eq!(sk.pending(), 0, "nothing published before wr_complete");
+        assert_eq!(wr!(w, wr_complete), 0);
+        assert_one_doorbell(&pipe.take(), 0x99);
+        let got: Vec<_> = std::iter::from_fn(|| sk.pop_send()).collect();
+        assert_eq!(got.len(), 6);
+        let h: Vec<_> = got.iter().map(|g| g.hdr).collect();
+        assert_eq!(h.iter().map(|h| h.wr_id).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            h.iter().map(|h| h.opcode).collect::<Vec<_>>(),
+            [
+                IBV_WR_SEND,
+                IBV_WR_SEND_WITH_IMM,
+                IBV_WR_RDMA_WRITE,
+                IBV_WR_RDMA_WRITE_WITH_IMM,
+                IBV_WR_ATOMIC_CMP_AND_SWP,
+                IBV_WR_ATOMIC_FETCH_AND_ADD
+            ]
+        );
+        assert_eq!(got[0].sges, [rrxe_uapi::Sge { addr: 0x1000, length: 64, lkey: 5 }]);
+        assert_eq!(h[0].send_flags, IBV_SEND_SIGNALED);
+        // The INLINE flag comes from the setter, never from wr_flags alone.
+        assert_eq!(h[1].send_flags, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+        assert_eq!(h[1].imm_data, 0xdead_beef);
+        assert_eq!((h[1].num_sge, h[1].inline_len), (0, 5));
+        assert_eq!(got[1].inline, b"hello");
+        assert_eq!((h[2].rkey, h[2].remote_addr, h[2].send_flags), (7, 0x2000, 0));
+        assert_eq!(got[2].sges.len(), 2);
+        assert_eq!((got[2].sges[1].addr, got[2].sges[1].length, got[2].sges[1].lkey), (0x4000, 20, 4));
+        assert_eq!((h[3].rkey, h[3].remote_addr, h[3].imm_data), (8, 0x2100, 0x0102_0304));
+        assert_eq!(h[3].send_flags, IBV_SEND_FENCE | IBV_SEND_INLINE);
+        assert_eq!(got[3].inline, b"abcde");
+        assert_eq!((h[4].rkey, h[4].remote_addr, h[4].compare_add, h[4].swap), (9, 0x5000, 11, 22));
+        assert_eq!((h[5].rkey, h[5].remote_addr, h[5].compare_add), (10, 0x5008, 33));
+        assert_eq!(got[5].sges[0].addr, 0x6008);
+
+        // More than max_send_wr (6) in one batch: ENOMEM, nothing posted, no doorbell.
+        wr!(w, wr_start);
+        for i in 0..7 {
+            w.next(100 + i, 0);
+            wr!(w, wr_send);
+        }
+        assert_eq!(wr!(w, wr_complete), libc::ENOMEM);
+        assert_eq!(sk.pending(), 0);
+        assert!(pipe.take().is_empty());
+        // Ring occupancy counts: 4 waiting in the ring, then a batch of 3 does not fit.
+        sk.flags().store(SQ_FLAG_KERNEL_BUSY, core::sync::atomic::Ordering::SeqCst);
+        wr!(w, wr_start);
+        for i in 0..4 {
+            w.next(200 + i, 0);
+            wr!(w, wr_send);
+        }
+        assert_eq!(wr!(w, wr_complete), 0);
+        assert!(pipe.take().is_empty(), "no doorbell while the kernel is busy");
+        wr!(w, wr_start);
+        for i in 0..3 {
+            w.next(300 + i, 0);
+            wr!(w, wr_send);
+        }
+        assert_eq!(wr!(w, wr_complete), libc::ENOMEM);
+        assert_eq!(sk.pending(), 4);
+        while sk.pop_send().is_some() {}
+        sk.flags().store(0, core::sync::atomic::Ordering::SeqCst);
+
+        // A failing WR anywhere fails the whole batch (nothing posted).
+        let too_many = [list[0], list[1], list[0]];
+        wr!(w, wr_start);
+        w.next(400, 0);
+        wr!(w, wr_send);
+        w.next(401, 0);
+        wr!(w, wr_rdma_write, 1, 0x10);
+        wr!(w, wr_set_sge_list, 3, too_many.as_ptr()); // > max_send_sge
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        // Inline above max_inline_data (16).
+        let big = [0u8; 17];
+        wr!(w, wr_start);
+        wr!(w, wr_send);
+        wr!(w, wr_set_inline_data, big.as_ptr().cast_mut().cast(), 17);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        // A setter before any builder.
+        wr!(w, wr_start);
+        wr!(w, wr_set_sge, 1, 2, 3);
+        wr!(w, wr_send);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        // An unaligned atomic (checked as post_send does).
+        wr!(w, wr_start);
+        wr!(w, wr_atomic_fetch_add, 1, 0x5004, 1);
+        wr!(w, wr_set_sge, 6, 0x6000, 8);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        // Operations rrxe does not execute fail the batch instead of calling NULL.
+        wr!(w, wr_start);
+        wr!(w, wr_local_inv, 5);
+        assert_eq!(wr!(w, wr_complete), libc::EOPNOTSUPP);
+        wr!(w, wr_start);
+        wr!(w, wr_send_inv, 5);
+        assert_eq!(wr!(w, wr_complete), libc::EOPNOTSUPP);
+        assert_eq!(sk.pending(), 0);
+        assert!(pipe.take().is_empty());
+
+        // wr_abort discards (and releases the batch lock: the next batch works).
+        wr!(w, wr_start);
+        w.next(500, 0);
+        wr!(w, wr_send);
+        wr!(w, wr_abort);
+        wr!(w, wr_start);
+        assert_eq!(wr!(w, wr_complete), 0, "an empty batch");
+        assert!(pipe.take().is_empty(), "an empty batch rings nothing");
+        assert_eq!(sk.pending(), 0);
+
+        // Before RTS: EINVAL, nothing posted.
+        (*qp).state = IBV_QPS_RTR;
+        wr!(w, wr_start);
+        wr!(w, wr_send);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        (*qp).state = IBV_QPS_RTS;
+
+        // A refused doorbell is wr_complete's error.
+        m.switch_to(c"/dev/full");
+        wr!(w, wr_start);
+        w.next(600, 0);
+        wr!(w, wr_send);
+        assert_eq!(wr!(w, wr_complete), libc::ENOSPC);
+        m.switch_to(c"/dev/null");
+
+        reclaim_qp(qp);
+        cq::free_cq(cq.cast());
+        assert_eq!(pd::dealloc_pd(pd), 0);
+        drop(sq_mem);
+    }
+}
+
+#[test]
+fn qp_ex_ud_address_and_batch_lock() {
+    let m = Mock::open(c"/dev/null");
+    let ctx = m.ctx;
+    // SAFETY: as above.
+    unsafe {
+        let pd = pd::alloc_pd(ctx);
+        let cq = cq::create_cq(ctx, 16, ptr::null_mut(), 0);
+        let mut ax: ibv_qp_init_attr_ex = zeroed();
+        ax.send_cq = cq;
+        ax.recv_cq = cq;
+        ax.qp_type = IBV_QPT_UD;
+        ax.pd = pd;
+        ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND);
+        let qp = qp::create_qp_ex(ctx, &mut ax);
+        assert!(!qp.is_null());
+        let w = Wr(ibv_qp_to_qp_ex(qp));
+        let caps = SqCaps {
+            qp_type: IBV_QPT_UD,
+            max_sge: 1,
+            max_inline: 0,
+        };
+        let sq_mem = attach_sq_max(qp, caps, 4, 4);
+        let mut sk = Kernel::consumer_of(&sq_mem);
+        (*qp).state = IBV_QPS_RTS;
+        let mut aha: ibv_ah_attr = zeroed();
+        let ah = ah::create_ah(pd, &mut aha);
+        (*ah.cast::<ah::RrxeAh>()).ah_num = 42;
+
+        wr!(w, wr_start);
+        w.next(1, IBV_SEND_SIGNALED);
+        wr!(w, wr_send_imm, 77);
+        wr!(w, wr_set_ud_addr, ah, 0x11, 0x2222);
+        wr!(w, wr_set_sge, 1, 0x100, 16);
+        assert_eq!(wr!(w, wr_complete), 0);
+        let s = sk.pop_send().unwrap();
+        assert_eq!(
+            (s.hdr.wr_id, s.hdr.opcode, s.hdr.imm_data, s.hdr.ah_num, s.hdr.remote_qpn, s.hdr.remote_qkey),
+            (1, IBV_WR_SEND_WITH_IMM, 77, 42, 0x11, 0x2222)
+        );
+        // No address, or an RDMA WRITE on UD: the batch fails.
+        wr!(w, wr_start);
+        wr!(w, wr_send);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        wr!(w, wr_start);
+        wr!(w, wr_rdma_write, 1, 2);
+        wr!(w, wr_set_ud_addr, ah, 0x11, 0x2222);
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
+        assert_eq!(sk.pending(), 0);
+
+        // The batch lock: a second thread's wr_start waits for wr_complete.
+        wr!(w, wr_start);
+        let addr = w.0 as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let w = Wr(addr as *mut ibv_qp_ex);
+            // (Inside the test's `unsafe` block: the QP outlives the thread, joined below.)
+            wr!(w, wr_start);
+            tx.send(()).unwrap();
+            wr!(w, wr_abort);
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err());
+        wr!(w, wr_abort);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        t.join().unwrap();
+
+        assert_eq!(ah::destroy_ah(ah), 0);
+        reclaim_qp(qp);
+        cq::free_cq(cq.cast());
+        assert_eq!(pd::dealloc_pd(pd), 0);
+        drop(sq_mem);
+    }
+}
+
+#[test]
+fn capacities_are_the_ones_enforced() {
+    // An RQ of 8 slots announced for max_recv_wr = 5: the sixth outstanding WR is ENOMEM.
+    let (rq_mem, mut rq) = test_rq(8, 1);
+    rq.set_max_wr(5).unwrap();
+    assert!(rq.set_max_wr(9).is_err(), "more than the slots");
+    let mut rk = Kernel::consumer_of(&rq_mem);
+    let specs: Vec<RecvSpec> = (0..6).map(|i| RecvSpec::new(i, 1)).collect();
+    let l = RecvList::new(&specs);
+    let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+    // SAFETY: a live WR list; `bad` writable.
+    assert_eq!(unsafe { rq.post_recv(l.head(), &mut bad) }, libc::ENOMEM);
+    assert_eq!(bad, l.ptr(5));
+    assert_eq!(rk.pending(), 5);
+    // One taken by an incoming message: one more fits.
+    assert!(rk.pop_recv().is_some());
+    // SAFETY: as above.
+    assert_eq!(unsafe { rq.post_recv(l.ptr(5), &mut bad) }, 0);
+    // max_wr 0 takes nothing.
+    let (_m0, mut rq0) = test_rq(1, 1);
+    rq0.set_max_wr(0).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { rq0.post_recv(l.ptr(5), &mut bad) }, libc::ENOMEM);
+    drop(rq);
+    drop(rq_mem);
 }

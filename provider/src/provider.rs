@@ -54,6 +54,7 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     alloc_pd: Some(pd::alloc_pd),
     create_ah: Some(ah::create_ah),
     create_cq: Some(cq::create_cq),
+    create_cq_ex: Some(cq::create_cq_ex),
     create_qp: Some(qp::create_qp),
     create_qp_ex: Some(qp::create_qp_ex),
     create_srq: Some(srq::create_srq),
@@ -80,7 +81,36 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     ..verbs_context_ops::EMPTY
 };
 
-/// The ELF constructor (`.init_array`), run by `dlopen`: registers the provider. Not in test
+/// The real path (symlinks resolved) of the libibverbs this library's imports bound to: the
+/// object that holds `verbs_register_driver_34`. `Err` is the line to print when it cannot be
+/// found.
+#[cfg_attr(test, allow(dead_code))]
+fn loaded_libibverbs() -> Result<String, String> {
+    let pfx = crate::util::PFX;
+    // SAFETY: `Dl_info` is plain data (pointers, all-zero valid); `dladdr` only reads the
+    // address, which is that of a function in a loaded object (our import, bound at load time
+    // with -z now).
+    let (r, info) = unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        let f = crate::abi::verbs_register_driver_34 as *const core::ffi::c_void;
+        (libc::dladdr(f, &mut info), info)
+    };
+    if r == 0 || info.dli_fname.is_null() {
+        return Err(format!(
+            "{pfx}: cannot find the libibverbs that provides verbs_register_driver_34; the rrxe provider is not registered"
+        ));
+    }
+    // SAFETY: `dladdr` set `dli_fname` to a NUL-terminated path owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    Ok(std::fs::canonicalize(&name)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or(name))
+}
+
+/// The ELF constructor (`.init_array`), run by `dlopen`: registers the provider, unless the
+/// libibverbs it is loaded into is not the rdma-core release its private structures are
+/// declared for ([`crate::util::check_libibverbs`]); then it prints one line and registers
+/// nothing (libibverbs then reports the device as having no provider). Not in test
 /// binaries, which link libibverbs but are not providers.
 #[cfg(not(test))]
 #[used]
@@ -89,6 +119,10 @@ static RRXE_CTOR: extern "C" fn() = rrxe_register;
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn rrxe_register() {
+    if let Err(msg) = loaded_libibverbs().and_then(|p| crate::util::check_libibverbs(&p)) {
+        crate::log::raw_line(&msg);
+        return;
+    }
     crate::log::trace!(
         "registering provider rrxe (uverbs ABI {UVERBS_ABI_VERSION}, rrxe uABI {})",
         rrxe_uapi::UABI_VERSION

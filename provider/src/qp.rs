@@ -20,15 +20,18 @@ use crate::abi::{
     ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp,
     ibv_recv_wr, ibv_send_wr, rrxe_create_qp, rrxe_create_qp_ex, rrxe_create_qp_ex_resp,
     rrxe_create_qp_resp, set_errno, verbs_qp, CBox, ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS,
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
 };
 use crate::ah::ah_num_of;
 use crate::log::trace;
 use crate::ring::{Mapping, RqRing, SendHooks, SqCaps, SqRing};
-use crate::util::check_create_qp_ex_mask;
+use crate::qp_ex::QpEx;
+use crate::util::{check_create_qp_ex_mask, check_send_ops_flags};
 
-/// The provider's QP: libibverbs' `verbs_qp` (the application's `ibv_qp` at offset 0), then
-/// the rings. Always the full `verbs_qp`: `ibv_qp_to_qp_ex()` reads `verbs_qp::comp_mask` of
-/// any QP, which stays 0 (no `VERBS_QP_EX`: the `ibv_wr_*` API is not offered).
+/// The provider's QP: libibverbs' `verbs_qp` (the application's `ibv_qp`, or `ibv_qp_ex`, at
+/// offset 0), then the rings. Always the full `verbs_qp`: `ibv_qp_to_qp_ex()` reads
+/// `verbs_qp::comp_mask` of any QP; it has `VERBS_QP_EX` only for QPs made by `create_qp_ex`
+/// with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (the `ibv_wr_*` builders, [`crate::qp_ex`]).
 #[repr(C)]
 pub struct RrxeQp {
     pub vqp: verbs_qp,
@@ -36,6 +39,8 @@ pub struct RrxeQp {
     pub sq: *mut SqRing,
     /// The mapped receive ring (`Box::into_raw`), or null (an SRQ, or none announced).
     pub rq: *mut RqRing,
+    /// The `ibv_wr_*` batch (`Box::into_raw`), or null without builders.
+    pub ex: *mut QpEx,
 }
 
 const _: () = assert!(offset_of!(RrxeQp, vqp) == 0 && offset_of!(verbs_qp, u) == 0);
@@ -59,7 +64,8 @@ impl RrxeQp {
         trace!("{what}(type {qpt}) = {p:p} (handle {handle}, qpn {qpn})");
     }
 
-    /// Frees the rings of a QP whose kernel object is gone (or was never handed out).
+    /// Frees the rings (and the builder batch) of a QP whose kernel object is gone (or was
+    /// never handed out).
     ///
     /// # Safety
     /// `qp` must be a live `RrxeQp` whose ring pointers are null or from `Box::into_raw`, and
@@ -74,6 +80,10 @@ impl RrxeQp {
             let rq = core::mem::replace(&mut (*qp).rq, ptr::null_mut());
             if !rq.is_null() {
                 drop(Box::from_raw(rq));
+            }
+            let ex = core::mem::replace(&mut (*qp).ex, ptr::null_mut());
+            if !ex.is_null() {
+                drop(Box::from_raw(ex));
             }
         }
     }
@@ -102,9 +112,11 @@ pub(crate) fn map_rings(
             max_inline: cap.max_inline_data,
         };
         let m = Mapping::map_shared(fd, r.sq.mmap_key, len(r.sq.bytes)?)?;
-        Some(Box::new(
-            SqRing::from_mapping(m, &r.sq, caps).map_err(|e| e.errno())?,
-        ))
+        let mut sq = SqRing::from_mapping(m, &r.sq, caps).map_err(|e| e.errno())?;
+        // The capacity the kernel answered is the one enforced; a ring too small for it is a
+        // protocol error.
+        sq.set_max_wr(cap.max_send_wr).map_err(|_| libc::EPROTO)?;
+        Some(Box::new(sq))
     };
     let rq = if r.rq == Default::default() {
         None
@@ -113,9 +125,9 @@ pub(crate) fn map_rings(
         return Err(libc::EPROTO);
     } else {
         let m = Mapping::map_shared(fd, r.rq.mmap_key, len(r.rq.bytes)?)?;
-        Some(Box::new(
-            RqRing::from_mapping(m, &r.rq, cap.max_recv_sge).map_err(|e| e.errno())?,
-        ))
+        let mut rq = RqRing::from_mapping(m, &r.rq, cap.max_recv_sge).map_err(|e| e.errno())?;
+        rq.set_max_wr(cap.max_recv_wr).map_err(|_| libc::EPROTO)?;
+        Some(Box::new(rq))
     };
     Ok((sq, rq))
 }
@@ -149,7 +161,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
     };
     // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
     let cap = unsafe { (*attr).cap };
-    finish_create("create_qp", ret, qp, &resp.drv_payload, &cap)
+    finish_create("create_qp", ret, qp, &resp.drv_payload, &cap, false)
 }
 
 /// The common end of both create paths: maps the rings, then the QP passes to libibverbs; on
@@ -161,6 +173,7 @@ fn finish_create(
     qp: CBox<RrxeQp>,
     resp: &CreateQpResp,
     cap: &ibv_qp_cap,
+    with_builders: bool,
 ) -> *mut ibv_qp {
     if ret != 0 {
         trace!("{what} = {ret}");
@@ -190,6 +203,15 @@ fn finish_create(
             return ptr::null_mut();
         }
     }
+    if with_builders {
+        // SAFETY: `qp` is ours until `into_raw` below; `ibv_cmd_create_qp_ex2` set
+        // `comp_mask` (0) already, so the flag is added after it.
+        unsafe {
+            (*qp.as_ptr()).ex = Box::into_raw(Box::new(QpEx::new()));
+            crate::qp_ex::install(qp.as_ptr());
+            (*qp.as_ptr()).vqp.comp_mask |= VERBS_QP_EX;
+        }
+    }
     RrxeQp::trace_created(what, p);
     trace!("{what}: sq ring {:?}, rq ring {:?}", resp.sq, resp.rq);
     qp.into_raw();
@@ -197,9 +219,10 @@ fn finish_create(
 }
 
 /// `verbs_context_ops::create_qp_ex` (`ibv_create_qp_ex` with more than
-/// `IBV_QP_INIT_ATTR_PD`): `ibv_cmd_create_qp_ex2`. Accepts `PD` and `CREATE_FLAGS` (the kernel
-/// judges the flags); everything else fails with `EOPNOTSUPP` (see
-/// [`check_create_qp_ex_mask`]).
+/// `IBV_QP_INIT_ATTR_PD`): `ibv_cmd_create_qp_ex2`. Accepts `PD`, `CREATE_FLAGS` (the kernel
+/// judges the flags) and `SEND_OPS_FLAGS` (the `ibv_wr_*` builders, for the operations the QP
+/// type offers: [`check_send_ops_flags`]); everything else fails with `EOPNOTSUPP` before any
+/// kernel call (see [`check_create_qp_ex_mask`]).
 ///
 /// # Safety
 /// Called by libibverbs only, with a context of ours and a valid `attr`.
@@ -208,9 +231,17 @@ pub unsafe extern "C" fn create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     // SAFETY: `attr` is valid (libibverbs' contract).
-    let mask = unsafe { (*attr).comp_mask };
-    if let Err(e) = check_create_qp_ex_mask(mask) {
-        trace!("create_qp_ex(comp_mask {mask:#x}) = {e}");
+    let (mask, qp_type, ops) = unsafe { ((*attr).comp_mask, (*attr).qp_type, (*attr).send_ops_flags) };
+    let with_builders = mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    let check = check_create_qp_ex_mask(mask).and_then(|()| {
+        if with_builders {
+            check_send_ops_flags(qp_type, ops)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = check {
+        trace!("create_qp_ex(comp_mask {mask:#x}, type {qp_type}, send_ops {ops:#x}) = {e}");
         set_errno(e);
         return ptr::null_mut();
     }
@@ -235,7 +266,7 @@ pub unsafe extern "C" fn create_qp_ex(
     };
     // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
     let cap = unsafe { (*attr).cap };
-    finish_create("create_qp_ex", ret, qp, &resp.drv_payload, &cap)
+    finish_create("create_qp_ex", ret, qp, &resp.drv_payload, &cap, with_builders)
 }
 
 /// `verbs_context_ops::modify_qp`: `ibv_cmd_modify_qp` (`MODIFY_QP`). For RoCE the kernel

@@ -43,11 +43,12 @@ impl RrxeSrq {
     }
 }
 
-/// Maps the ring the kernel announced for an SRQ of `max_sge` entries per WR; `None` when it
+/// Maps the ring the kernel announced for an SRQ of `max_wr` WRs of `max_sge` entries; `None` when it
 /// announced none.
 fn map_ring(
     ctx: *mut ibv_context,
     r: &rrxe_uapi::CreateSrqResp,
+    max_wr: u32,
     max_sge: u32,
 ) -> Result<Option<Box<RqRing>>, c_int> {
     if r.rq.bytes == 0 {
@@ -57,7 +58,9 @@ fn map_ring(
     let fd = unsafe { (*ctx).cmd_fd };
     let len = usize::try_from(r.rq.bytes).map_err(|_| libc::EINVAL)?;
     let m = Mapping::map_shared(fd, r.rq.mmap_key, len)?;
-    let ring = RqRing::from_mapping(m, &r.rq, max_sge).map_err(|e| e.errno())?;
+    let mut ring = RqRing::from_mapping(m, &r.rq, max_sge).map_err(|e| e.errno())?;
+    // The kernel answered `max_wr`; a ring too small for it is a protocol error.
+    ring.set_max_wr(max_wr).map_err(|_| libc::EPROTO)?;
     Ok(Some(Box::new(ring)))
 }
 
@@ -96,7 +99,7 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     let (max_wr, max_sge, ctx) =
         unsafe { ((*attr).attr.max_wr, (*attr).attr.max_sge, (*pd).context) };
     let p = RrxeSrq::ibv_srq(&srq);
-    match map_ring(ctx, &resp.drv_payload, max_sge) {
+    match map_ring(ctx, &resp.drv_payload, max_wr, max_sge) {
         // SAFETY: `srq` is ours until `into_raw` below.
         Ok(ring) => unsafe { (*srq.as_ptr()).ring = ring.map_or(ptr::null_mut(), Box::into_raw) },
         Err(e) => {

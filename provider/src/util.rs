@@ -5,7 +5,15 @@ use core::fmt;
 
 use rrxe_uapi::{AllocUcontextResp, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION};
 
-use crate::abi::{IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD};
+use crate::abi::{
+    IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_QPT_RC, IBV_QPT_UC,
+    IBV_QPT_UD, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+    IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+    IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_INIT_ATTR_CREATE_FLAGS,
+    IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WC_EX_WITH_BYTE_LEN,
+    IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM,
+    IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
+};
 
 /// Prefix of every line the provider prints.
 pub const PFX: &str = "librrxe";
@@ -173,14 +181,14 @@ pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetCo
     Ok(())
 }
 
-/// `ibv_qp_init_attr_ex::comp_mask` bits `create_qp_ex` accepts: the PD and create flags
-/// (which the kernel judges).
-pub const CREATE_QP_EX_MASK: u32 = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+/// `ibv_qp_init_attr_ex::comp_mask` bits `create_qp_ex` accepts: the PD, create flags (which
+/// the kernel judges) and send ops flags (the `ibv_wr_*` API; see [`check_send_ops_flags`]).
+pub const CREATE_QP_EX_MASK: u32 =
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 /// Checks `ibv_qp_init_attr_ex::comp_mask` for `create_qp_ex`; the error is the errno.
 ///
 /// Everything outside [`CREATE_QP_EX_MASK`] is `EOPNOTSUPP`:
-/// * `SEND_OPS_FLAGS` asks for the `ibv_wr_*` API, which needs the shared-memory rings;
 /// * `XRCD` and `IND_TABLE` need objects this provider cannot create (`open_xrcd`,
 ///   `create_rwq_ind_table` are not implemented);
 /// * `MAX_TSO_HEADER` and `RX_HASH` would be dropped silently by `ibv_cmd_create_qp_ex2`.
@@ -191,6 +199,99 @@ pub fn check_create_qp_ex_mask(comp_mask: u32) -> Result<(), i32> {
         return Err(libc::EOPNOTSUPP);
     }
     Ok(())
+}
+
+/// The `IBV_QP_EX_WITH_*` builders each QP type offers: the operations the kernel executes on
+/// it (the same as `post_send` accepts).
+pub fn supported_send_ops(qp_type: u32) -> u64 {
+    let ud = u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
+    let uc = ud | u64::from(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+    let rc = uc
+        | u64::from(
+            IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+        );
+    match qp_type {
+        IBV_QPT_RC => rc,
+        IBV_QPT_UC => uc,
+        IBV_QPT_UD => ud,
+        _ => 0,
+    }
+}
+
+/// Checks `send_ops_flags` of a `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: any
+/// operation the QP type does not offer ([`supported_send_ops`]: `LOCAL_INV`, `BIND_MW`,
+/// `SEND_WITH_INV`, `TSO`, `ATOMIC_WRITE`, unknown bits, READ/atomics on UC/UD, ...) is
+/// `EOPNOTSUPP`.
+pub fn check_send_ops_flags(qp_type: u32, flags: u64) -> Result<(), i32> {
+    if flags & !supported_send_ops(qp_type) != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The `IBV_WC_EX_WITH_*` fields an rrxe `ibv_cq_ex` reads: the standard ones
+/// (`IBV_WC_STANDARD_FLAGS`). Completion timestamps are not among them: the kernel stamps no
+/// time on a completion, and a time taken when the provider polls would not be the
+/// completion's.
+pub const SUPPORTED_WC_EX_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
+
+/// Checks a `create_cq_ex` request (`flags`: `ibv_cq_init_attr_ex::flags` when `comp_mask` has
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS`, else 0): `wc_flags` outside [`SUPPORTED_WC_EX_FLAGS`]
+/// (timestamps, CVLAN, flow tag, TM info), a parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`),
+/// unknown `comp_mask` bits and any create flag but the `SINGLE_THREADED` hint
+/// (`IGNORE_OVERRUN` is a kernel CQ flag rrxe refuses) are `EOPNOTSUPP`.
+pub fn check_create_cq_ex(wc_flags: u64, comp_mask: u32, flags: u32) -> Result<(), i32> {
+    if wc_flags & !SUPPORTED_WC_EX_FLAGS != 0
+        || comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+        || flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
+    {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The rdma-core release whose libibverbs private structures `src/abi/` declares: the
+/// layouts of `verbs_qp`/`ibv_qp_ex` (which libibverbs itself writes into) changed within the
+/// span of private ABI 34 (rdma-core 34..56), so the symbol version `IBVERBS_PRIVATE_34` alone
+/// does not tell a compatible libibverbs from an incompatible one.
+pub const LIBIBVERBS_RELEASE: u32 = 44;
+
+/// The rdma-core release in a libibverbs file name: rdma-core names the library
+/// `libibverbs.so.<soname 1>.<map version>.<PACKAGE_VERSION>` (Debian 12:
+/// `libibverbs.so.1.14.44.0`). `None` when the name does not have that shape.
+pub fn libibverbs_release(file_name: &str) -> Option<(u32, String)> {
+    let rest = file_name.strip_prefix("libibverbs.so.1.")?;
+    let mut parts = rest.split('.');
+    let _map: u32 = parts.next()?.parse().ok()?;
+    let release: u32 = parts.next()?.parse().ok()?;
+    let minor = parts.next()?;
+    if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) || parts.next().is_some() {
+        return None;
+    }
+    Some((release, format!("{release}.{minor}")))
+}
+
+/// Decides whether the provider may register with the libibverbs loaded from `path` (its
+/// real path, symlinks resolved): `Err` holds the one line to print when it may not.
+pub fn check_libibverbs(path: &str) -> Result<(), String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match libibverbs_release(name) {
+        Some((r, _)) if r == LIBIBVERBS_RELEASE => Ok(()),
+        Some((_, version)) => Err(format!(
+            "{PFX}: {path} is rdma-core {version}, but this provider declares libibverbs' private structures as in rdma-core {LIBIBVERBS_RELEASE} (their layouts differ between releases of private ABI 34); the rrxe provider is not registered: rebuild it against this libibverbs"
+        )),
+        None => Err(format!(
+            "{PFX}: cannot tell which rdma-core release {path} is (expected libibverbs.so.1.<n>.{LIBIBVERBS_RELEASE}.<m>); the rrxe provider, built for rdma-core {LIBIBVERBS_RELEASE}, is not registered"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -360,8 +461,12 @@ mod tests {
     fn create_qp_ex_mask() {
         use crate::abi::{
             IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_RX_HASH,
-            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_INIT_ATTR_XRCD,
+            IBV_QP_INIT_ATTR_XRCD,
         };
+        assert_eq!(
+            check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
+            Ok(())
+        );
         assert_eq!(check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD), Ok(()));
         assert_eq!(
             check_create_qp_ex_mask(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS),
@@ -374,7 +479,6 @@ mod tests {
             IBV_QP_INIT_ATTR_MAX_TSO_HEADER,
             IBV_QP_INIT_ATTR_IND_TABLE,
             IBV_QP_INIT_ATTR_RX_HASH,
-            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             1 << 7,
             1 << 31,
         ] {
@@ -384,5 +488,109 @@ mod tests {
                 "{bit:#x}"
             );
         }
+    }
+
+    #[test]
+    fn send_ops_flags_per_qp_type() {
+        use crate::abi::*;
+        let all_rc = u64::from(
+            IBV_QP_EX_WITH_RDMA_WRITE
+                | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+                | IBV_QP_EX_WITH_SEND
+                | IBV_QP_EX_WITH_SEND_WITH_IMM
+                | IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+        );
+        assert_eq!(check_send_ops_flags(IBV_QPT_RC, all_rc), Ok(()));
+        assert_eq!(check_send_ops_flags(IBV_QPT_RC, 0), Ok(()));
+        assert_eq!(
+            check_send_ops_flags(IBV_QPT_UD, u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)),
+            Ok(())
+        );
+        assert_eq!(
+            check_send_ops_flags(IBV_QPT_UC, u64::from(IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)),
+            Ok(())
+        );
+        for (qpt, bad) in [
+            (IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV),
+            (IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW),
+            (IBV_QPT_RC, IBV_QP_EX_WITH_SEND_WITH_INV),
+            (IBV_QPT_RC, IBV_QP_EX_WITH_TSO),
+            (IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE),
+            (IBV_QPT_RC, 1 << 13),
+            (IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ),
+            (IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD),
+            (IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE),
+            (IBV_QPT_UD, IBV_QP_EX_WITH_TSO),
+            (IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND),
+        ] {
+            assert_eq!(
+                check_send_ops_flags(qpt, u64::from(bad) | u64::from(IBV_QP_EX_WITH_SEND)),
+                Err(libc::EOPNOTSUPP),
+                "qp type {qpt}, {bad:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn create_cq_ex_refuses_what_cannot_be_honest() {
+        use crate::abi::*;
+        // verbs.h: IBV_WC_STANDARD_FLAGS = BYTE_LEN | IMM | QP_NUM | SRC_QP | SLID | SL |
+        // DLID_PATH_BITS (an anonymous enum, which bindgen does not emit).
+        let std = 0x7f_u64;
+        assert_eq!(SUPPORTED_WC_EX_FLAGS, std);
+        assert_eq!(check_create_cq_ex(0, 0, 0), Ok(()));
+        assert_eq!(check_create_cq_ex(std, 0, 0), Ok(()));
+        assert_eq!(
+            check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED),
+            Ok(())
+        );
+        for wc in [
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+            IBV_WC_EX_WITH_CVLAN,
+            IBV_WC_EX_WITH_FLOW_TAG,
+            IBV_WC_EX_WITH_TM_INFO,
+            1 << 20,
+        ] {
+            assert_eq!(
+                check_create_cq_ex(std | u64::from(wc), 0, 0),
+                Err(libc::EOPNOTSUPP),
+                "{wc:#x}"
+            );
+        }
+        assert_eq!(check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_PD, 0), Err(libc::EOPNOTSUPP));
+        assert_eq!(
+            check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN),
+            Err(libc::EOPNOTSUPP)
+        );
+    }
+
+    #[test]
+    fn libibverbs_release_from_the_file_name() {
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.0"), Some((44, "44.0".into())));
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.12"), Some((44, "44.12".into())));
+        assert_eq!(libibverbs_release("libibverbs.so.1.14.45.0"), Some((45, "45.0".into())));
+        for bad in [
+            "libibverbs.so.1",
+            "libibverbs.so",
+            "libibverbs.so.1.14",
+            "libibverbs.so.1.14.44",
+            "libibverbs.so.1.14.44.",
+            "libibverbs.so.1.14.44.0.1",
+            "libibverbs.so.2.14.44.0",
+            "libfoo.so.1.14.44.0",
+            "libibverbs.so.1.x.44.0",
+        ] {
+            assert_eq!(libibverbs_release(bad), None, "{bad}");
+        }
+        assert_eq!(check_libibverbs("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"), Ok(()));
+        assert_eq!(check_libibverbs("libibverbs.so.1.14.44.3"), Ok(()));
+        let e = check_libibverbs("/opt/rdma/lib/libibverbs.so.1.14.50.0").unwrap_err();
+        assert!(e.starts_with("librrxe: /opt/rdma/lib/libibverbs.so.1.14.50.0 is rdma-core 50.0"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = check_libibverbs("/tmp/libibverbs.so").unwrap_err();
+        assert!(e.contains("cannot tell"), "{e}");
     }
 }

@@ -121,3 +121,41 @@ fn exports_no_dynamic_symbols() {
     let syms = String::from_utf8_lossy(&out.stdout);
     assert!(syms.trim().is_empty(), "exported symbols:\n{syms}");
 }
+
+/// A libibverbs whose file name says another rdma-core release (a copy of the installed one,
+/// renamed, found first through `LD_LIBRARY_PATH`): the constructor prints one line and does
+/// not register.
+#[test]
+fn other_rdma_core_release_is_refused_with_one_line() {
+    let real = std::fs::canonicalize("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+    let Ok(real) = real else {
+        eprintln!("no installed libibverbs.so.1; skipped");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rrxe-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("libibverbs.so.1.14.45.0");
+    std::fs::copy(&real, &fake).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libibverbs.so.1.14.45.0", &link).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "dlopen_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .env("RRXE_DEBUG", "1")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .expect("spawn child");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("librrxe:")).collect();
+    assert_eq!(lines.len(), 1, "exactly one line:\n{stderr}");
+    assert!(
+        lines[0].contains("libibverbs.so.1.14.45.0 is rdma-core 45.0")
+            && lines[0].contains("not registered"),
+        "{}",
+        lines[0]
+    );
+    assert!(!stderr.contains("registering provider rrxe"), "{stderr}");
+}

@@ -143,6 +143,7 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
         ("alloc_pd", pd::alloc_pd as *const () as usize),
         ("create_ah", ah::create_ah as *const () as usize),
         ("create_cq", cq::create_cq as *const () as usize),
+        ("create_cq_ex", cq::create_cq_ex as *const () as usize),
         ("create_qp", qp::create_qp as *const () as usize),
         ("create_qp_ex", qp::create_qp_ex as *const () as usize),
         ("create_srq", srq::create_srq as *const () as usize),
@@ -179,9 +180,9 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
     assert_eq!(set, expected);
     // Never the dummy while CQs exist (it returns 95 = "95 completions").
     assert!(table.create_cq.is_some() && table.poll_cq.is_some());
-    // Left to libibverbs' dummies (README.md): create_cq_ex (its ibv_cq_ex poll callbacks
-    // would be NULL), create_srq_ex (XRC/TM), and cq_event (a no-op is what rrxe needs).
-    assert!(table.create_cq_ex.is_none() && table.create_srq_ex.is_none());
+    // Left to libibverbs' dummies (README.md): create_srq_ex (XRC/TM), and cq_event (a no-op
+    // is what rrxe needs).
+    assert!(table.create_srq_ex.is_none());
     assert!(table.cq_event.is_none());
 }
 
@@ -279,10 +280,10 @@ fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
     use core::mem::{offset_of, size_of};
     assert_eq!(size_of::<crate::pd::RrxePd>(), size_of::<ibv_pd>());
     assert_eq!(size_of::<crate::pd::RrxeMr>(), 56);
-    // verbs_cq (288) plus the ring pointer.
+    // verbs_cq (288) plus the ring-and-lock pointer.
     assert_eq!(size_of::<crate::cq::RrxeCq>(), 296);
-    // verbs_qp (368) plus the two ring pointers.
-    assert_eq!(size_of::<crate::qp::RrxeQp>(), 368 + 16);
+    // verbs_qp (368) plus the two ring pointers and the builder batch pointer.
+    assert_eq!(size_of::<crate::qp::RrxeQp>(), 368 + 24);
     assert_eq!(offset_of!(crate::qp::RrxeQp, sq), 368);
     // verbs_srq (160) plus the ring pointer.
     assert_eq!(size_of::<verbs_srq>(), 160);

@@ -98,6 +98,48 @@ impl CqRing {
         Ok(n)
     }
 
+    /// Our consumer index: the next completion [`CqRing::peek`] can return.
+    pub fn consumer(&self) -> u32 {
+        lock(&self.inner).consumer
+    }
+
+    /// A copy of the completion at `pos` (our consumer index plus the number already peeked
+    /// in this polling batch), or `None` when the kernel has not produced it yet. Nothing is
+    /// released: [`CqRing::release_to`] does that. `Corrupt` as in [`CqRing::poll`], and when
+    /// `pos` lies outside the produced range.
+    pub fn peek(&self, pos: u32) -> Result<Option<Cqe>, RingError> {
+        let mut g = lock(&self.inner);
+        let CqInner { ring, consumer } = &mut *g;
+        let producer = ring.producer().load(Ordering::Acquire);
+        let avail = producer.wrapping_sub(*consumer);
+        if avail > ring.slots() {
+            return Err(RingError::Corrupt);
+        }
+        let ahead = pos.wrapping_sub(*consumer);
+        if ahead > avail {
+            return Err(RingError::Corrupt);
+        }
+        if ahead == avail {
+            return Ok(None);
+        }
+        ring.read(pos, 0).map(Some).ok_or(RingError::Corrupt)
+    }
+
+    /// Releases the slots before `pos` (completions copied out with [`CqRing::peek`]) to the
+    /// kernel with one release store of the consumer index. A `pos` behind our consumer index
+    /// or beyond the produced range is ignored.
+    pub fn release_to(&self, pos: u32) {
+        let mut g = lock(&self.inner);
+        let CqInner { ring, consumer } = &mut *g;
+        let producer = ring.producer().load(Ordering::Acquire);
+        let ahead = pos.wrapping_sub(*consumer);
+        if ahead == 0 || ahead > producer.wrapping_sub(*consumer) || ahead > ring.slots() {
+            return;
+        }
+        *consumer = pos;
+        ring.consumer().store(pos, Ordering::Release);
+    }
+
     /// `verbs_context_ops::poll_cq` over the ring: `ne <= 0` polls nothing and returns 0; else
     /// the number of completions written to `wc`, or a negative errno (`-EIO` for a corrupt
     /// ring, `-EINVAL` for a NULL `wc`), as libibverbs' own `ibv_cmd_poll_cq` reports errors.

@@ -18,6 +18,8 @@ use crate::abi::ibv_recv_wr;
 pub struct RqRing {
     inner: Mutex<RqInner>,
     max_sge: u32,
+    /// WQEs the ring may hold at once (`max_recv_wr` / SRQ `max_wr`); at most `slots`.
+    max_wr: u32,
 }
 
 #[derive(Debug)]
@@ -41,9 +43,11 @@ impl RqRing {
 
     fn new(ring: Ring, max_sge: u32) -> RqRing {
         let producer = ring.producer().load(Ordering::Relaxed);
+        let max_wr = ring.slots();
         RqRing {
             inner: Mutex::new(RqInner { ring, producer }),
             max_sge,
+            max_wr,
         }
     }
 
@@ -82,6 +86,22 @@ impl RqRing {
         self.max_sge
     }
 
+    /// Bounds the receive WQEs outstanding (posted, not yet taken by an incoming message) to
+    /// `max_wr` (the `max_recv_wr` or SRQ `max_wr` the kernel answered; by default the slot
+    /// count): a post beyond it fails with `ENOMEM`. `Invalid` when `max_wr` exceeds the slots.
+    pub fn set_max_wr(&mut self, max_wr: u32) -> Result<(), RingError> {
+        if max_wr > lock(&self.inner).ring.slots() {
+            return Err(RingError::Invalid("max_wr above the ring's slots"));
+        }
+        self.max_wr = max_wr;
+        Ok(())
+    }
+
+    /// The bound set by [`RqRing::set_max_wr`].
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
     /// The slot size `rrxe_uapi` computes for `max_sge` (what the kernel should answer).
     pub fn expected_slot_size(max_sge: u32) -> usize {
         recv_slot_size(max_sge)
@@ -90,7 +110,7 @@ impl RqRing {
     /// `verbs_context_ops::post_recv` / `post_srq_recv` over the ring.
     ///
     /// Writes the WRs of the list `wr` in order until one fails (`EINVAL`: negative
-    /// `num_sge`, more than `max_sge`, or a NULL `sg_list` with entries; `ENOMEM`: ring full;
+    /// `num_sge`, more than `max_sge`, or a NULL `sg_list` with entries; `ENOMEM`: `max_wr` WQEs outstanding;
     /// `EIO`: the kernel's consumer index is out of range); then `*bad_wr` is that WR (if
     /// `bad_wr` is not NULL) and its errno is returned, the WRs before it being posted. The
     /// producer index is published once, with a release store. No syscall.
@@ -114,7 +134,7 @@ impl RqRing {
             // SAFETY: `w.sg_list` is valid for `num_sge` entries (contract).
             let res = unsafe { self.check(w) }.and_then(|sges| {
                 if free == 0 {
-                    free = free_slots(ring, prod)?;
+                    free = free_slots(ring, prod, self.max_wr)?;
                     if free == 0 {
                         return Err(RingError::Full);
                     }

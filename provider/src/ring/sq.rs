@@ -47,6 +47,8 @@ pub trait SendHooks {
 pub struct SqRing {
     inner: Mutex<SqInner>,
     caps: SqCaps,
+    /// WQEs the ring may hold at once (`max_send_wr`); at most `slots`.
+    max_wr: u32,
 }
 
 #[derive(Debug)]
@@ -81,9 +83,11 @@ impl SqRing {
 
     fn new(ring: Ring, caps: SqCaps) -> SqRing {
         let producer = ring.producer().load(Ordering::Relaxed);
+        let max_wr = ring.slots();
         SqRing {
             inner: Mutex::new(SqInner { ring, producer }),
             caps,
+            max_wr,
         }
     }
 
@@ -119,6 +123,22 @@ impl SqRing {
         self.caps
     }
 
+    /// Bounds the WQEs in the ring to `max_wr` (the `max_send_wr` the kernel answered; by
+    /// default the slot count): a post that would leave more than `max_wr` WQEs not yet taken
+    /// by the kernel fails with `ENOMEM`. `Invalid` when `max_wr` exceeds the slots.
+    pub fn set_max_wr(&mut self, max_wr: u32) -> Result<(), RingError> {
+        if max_wr > lock(&self.inner).ring.slots() {
+            return Err(RingError::Invalid("max_send_wr above the ring's slots"));
+        }
+        self.max_wr = max_wr;
+        Ok(())
+    }
+
+    /// The bound set by [`SqRing::set_max_wr`].
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
     /// The slot size `rrxe_uapi` computes for these caps (what the kernel should answer).
     pub fn expected_slot_size(caps: &SqCaps) -> usize {
         send_slot_size(caps.max_sge, caps.max_inline)
@@ -137,9 +157,10 @@ impl SqRing {
     ///
     /// Publishes the producer index once, and if at least one WQE was written and the kernel
     /// is not draining ([`SQ_FLAG_KERNEL_BUSY`] clear after a full fence), calls
-    /// `hooks.doorbell()` exactly once, after the lock is released. A doorbell error is
-    /// returned when no WR failed; `*bad_wr` is then left alone, like rdma-core's rxe (the
-    /// WQEs are in the ring and go out with the next doorbell).
+    /// `hooks.doorbell()` exactly once, after the lock is released. A failed doorbell wins:
+    /// its error is returned with `*bad_wr` the first WR of the list, since the kernel was not
+    /// told about any WQE of this call (they stay in the ring, and a later doorbell would still
+    /// send them; a doorbell only fails when the QP is gone or unusable).
     ///
     /// # Safety
     /// `wr` must be NULL or a valid `ibv_send_wr` list (the `ibv_post_send` contract): each
@@ -154,6 +175,13 @@ impl SqRing {
         // SAFETY: forwarded contract.
         let (failed, ring) = unsafe { self.produce(wr, hooks) };
         let db = if ring { hooks.doorbell() } else { 0 };
+        if db != 0 {
+            if !bad_wr.is_null() {
+                // SAFETY: `bad_wr` is valid for writing (contract).
+                unsafe { *bad_wr = wr };
+            }
+            return db;
+        }
         match failed {
             Some((e, at)) => {
                 if !bad_wr.is_null() {
@@ -162,8 +190,64 @@ impl SqRing {
                 }
                 e.errno()
             }
-            None => db,
+            None => 0,
         }
+    }
+
+    /// The `ibv_wr_complete` path: writes every WR of the list `wr` or none. Each WR is
+    /// checked as by [`SqRing::post_send`] first; then, if the ring has room for all of them
+    /// (else `ENOMEM`), they are written and the producer index is published once, and the
+    /// doorbell is rung at most once (after the lock is released). Returns 0, the errno of the
+    /// first failing WR (nothing written), or the doorbell's error.
+    ///
+    /// # Safety
+    /// As [`SqRing::post_send`] for `wr`.
+    pub unsafe fn post_all(&self, wr: *mut ibv_send_wr, hooks: &mut impl SendHooks) -> c_int {
+        // SAFETY: forwarded contract.
+        match unsafe { self.produce_all(wr, hooks) } {
+            Ok(true) => hooks.doorbell(),
+            Ok(false) => 0,
+            Err(e) => e.errno(),
+        }
+    }
+
+    /// The locked half of `post_all`: `Ok(ring the doorbell?)`.
+    ///
+    /// # Safety
+    /// As `post_send` for `wr`.
+    unsafe fn produce_all(
+        &self,
+        mut wr: *mut ibv_send_wr,
+        hooks: &mut impl SendHooks,
+    ) -> Result<bool, RingError> {
+        let mut encoded = Vec::new();
+        while !wr.is_null() {
+            // SAFETY: `wr` is a valid element of the list (contract).
+            let w = unsafe { &*wr };
+            // SAFETY: `w` is a valid WR (contract).
+            encoded.push(unsafe { self.encode(w, hooks) }?);
+            wr = w.next;
+        }
+        if encoded.is_empty() {
+            return Ok(false);
+        }
+        let mut g = lock(&self.inner);
+        let SqInner { ring, producer } = &mut *g;
+        let free = free_slots(ring, *producer, self.max_wr)?;
+        if encoded.len() > free as usize {
+            return Err(RingError::Full);
+        }
+        let mut prod = *producer;
+        for enc in &encoded {
+            // SAFETY: `enc` comes from a WR whose inline sources are readable (contract).
+            unsafe { write_wqe(ring, prod, enc) }?;
+            prod = prod.wrapping_add(1);
+        }
+        *producer = prod;
+        ring.producer().store(prod, Ordering::Release);
+        // As in `produce`.
+        fence(Ordering::SeqCst);
+        Ok(ring.flags().load(Ordering::Relaxed) & SQ_FLAG_KERNEL_BUSY == 0)
     }
 
     /// The locked half of `post_send`: writes and publishes, and says whether to ring.
@@ -187,7 +271,7 @@ impl SqRing {
             // SAFETY: `w` is a valid WR (contract).
             let res = unsafe { self.encode(w, hooks) }.and_then(|enc| {
                 if free == 0 {
-                    free = free_slots(ring, prod)?;
+                    free = free_slots(ring, prod, self.max_wr)?;
                     if free == 0 {
                         return Err(RingError::Full);
                     }
@@ -305,16 +389,16 @@ pub(crate) unsafe fn sge_slice<'a>(
     Ok(unsafe { core::slice::from_raw_parts(sg_list, n) })
 }
 
-/// Free slots for a producer at `prod`, from the kernel's consumer index (acquire: the
-/// kernel's reads of the slots it released happen before we overwrite them). `Corrupt` when
-/// the consumer index is out of range.
-pub(crate) fn free_slots(ring: &Ring, prod: u32) -> Result<u32, RingError> {
+/// Free entries for a producer at `prod` in a ring bounded to `max_wr` entries, from the
+/// kernel's consumer index (acquire: the kernel's reads of the slots it released happen
+/// before we overwrite them). `Corrupt` when the consumer index is out of range.
+pub(crate) fn free_slots(ring: &Ring, prod: u32, max_wr: u32) -> Result<u32, RingError> {
     let cons = ring.consumer().load(Ordering::Acquire);
     let used = prod.wrapping_sub(cons);
     if used > ring.slots() {
         return Err(RingError::Corrupt);
     }
-    Ok(ring.slots() - used)
+    Ok(max_wr.min(ring.slots()).saturating_sub(used))
 }
 
 /// Writes one send WQE into slot `idx`.

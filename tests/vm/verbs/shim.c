@@ -48,3 +48,9 @@ int vt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
 	return ibv_req_notify_cq(cq, solicited_only);
 }
+
+/* rrxe-extended: ibv_create_cq_ex() is a static inline. */
+struct ibv_cq_ex *vt_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	return ibv_create_cq_ex(ctx, attr);
+}

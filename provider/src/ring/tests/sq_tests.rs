@@ -374,7 +374,7 @@ fn doorbell_once_per_call_and_never_when_busy() {
 }
 
 #[test]
-fn doorbell_error_is_returned_without_bad_wr() {
+fn doorbell_error_is_returned_with_the_first_wr() {
     let (m, sq) = sq_ring(4, RC, 0);
     let l = SendList::new(&[spec(1, IBV_WR_SEND)]);
     let mut h = Hooks {
@@ -385,19 +385,22 @@ fn doorbell_error_is_returned_without_bad_wr() {
     let mut bad = sentinel;
     // SAFETY: a valid list; `bad` writable.
     let rc = unsafe { sq.post_send(l.head(), &mut bad, &mut h) };
-    assert_eq!((rc, bad, h.doorbells), (libc::EIO, sentinel, 1));
-    // The WQE is in the ring all the same.
+    assert_eq!((rc, bad, h.doorbells), (libc::EIO, l.head(), 1));
+    // The WQE is in the ring all the same (a later doorbell would send it).
     assert_eq!(Kernel::consumer_of(&m).pop_send().unwrap().hdr.wr_id, 1);
-    // A WR error wins over a doorbell error (and bad_wr says which).
+    // A doorbell error wins over a WR error: the kernel was told about none of the WQEs.
     let mut s = spec(2, IBV_WR_SEND);
     s.opcode = IBV_WR_TSO;
     let l = SendList::new(&[spec(1, IBV_WR_SEND), s]);
     // SAFETY: as above.
     let rc = unsafe { sq.post_send(l.head(), &mut bad, &mut h) };
-    assert_eq!(
-        (rc, l.index_of(bad), h.doorbells),
-        (libc::EINVAL, Some(1), 2)
-    );
+    assert_eq!((rc, l.index_of(bad), h.doorbells), (libc::EIO, Some(0), 2));
+    // Without a doorbell error, the failing WR.
+    h.doorbell_errno = 0;
+    bad = sentinel;
+    // SAFETY: as above.
+    let rc = unsafe { sq.post_send(l.head(), &mut bad, &mut h) };
+    assert_eq!((rc, l.index_of(bad), h.doorbells), (libc::EINVAL, Some(1), 3));
 }
 
 #[test]

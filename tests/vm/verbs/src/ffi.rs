@@ -34,4 +34,6 @@ unsafe extern "C" {
     pub fn vt_poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv_wc) -> i32;
     /// `ibv_req_notify_cq()`.
     pub fn vt_req_notify_cq(cq: *mut ibv_cq, solicited_only: i32) -> i32;
+    /// `ibv_create_cq_ex()`.
+    pub fn vt_create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 }

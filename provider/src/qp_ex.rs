@@ -1,0 +1,504 @@
+//! The `ibv_qp_ex` work-request builders (`ibv_wr_start` .. `ibv_wr_complete`), for QPs made by
+//! `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+//!
+//! Between `wr_start` and `wr_complete` the builders record owned copies of the WRs (the
+//! scalar fields, the SGE values and the inline bytes, so the application may reuse its
+//! buffers as soon as a setter returns); `wr_complete` turns them into an `ibv_send_wr` list
+//! and hands it to [`SqRing::post_all`]: the batch is checked WR by WR exactly as `post_send`
+//! checks it, then written whole or not at all, with one producer publication and at most one
+//! doorbell. `wr_complete` returns the first error of the batch (a setter without a WR, an
+//! operation the QP does not offer, a WR `post_send` would refuse, `ENOMEM` when the batch
+//! does not fit in `max_send_wr`, or the doorbell's error), and then nothing was posted.
+//! `wr_abort` drops the batch.
+//!
+//! `wr_start` takes the batch lock and `wr_complete`/`wr_abort` release it, so two threads
+//! cannot interleave builders on one QP; `post_send` on the same QP may run meanwhile (the send
+//! ring has its own lock).
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void};
+use core::ptr;
+
+use crate::abi::{
+    ibv_ah, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_send_wr, ibv_sge,
+    ibv_wr_opcode, IBV_SEND_INLINE, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM,
+};
+use crate::log::trace;
+use crate::qp::{send_state_ok, QpHooks, RrxeQp};
+use crate::sync::RawMutex;
+
+/// The recorded body of a WR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Body {
+    /// No data (zero-length operations).
+    #[default]
+    None,
+    /// `sges[start..start + len]`.
+    Sges { start: usize, len: usize },
+    /// `inline[start..start + len]`.
+    Inline { start: usize, len: usize },
+}
+
+/// One WR of a batch.
+struct Pending {
+    /// Everything but `next`, `sg_list`, `num_sge` and the INLINE flag (set at completion).
+    wr: ibv_send_wr,
+    body: Body,
+}
+
+/// The batch between `wr_start` and `wr_complete` (see the module docs).
+#[derive(Default)]
+pub struct Batch {
+    wrs: Vec<Pending>,
+    sges: Vec<ibv_sge>,
+    inline: Vec<u8>,
+    /// The first error (positive errno), or 0.
+    err: c_int,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.wrs.clear();
+        self.sges.clear();
+        self.inline.clear();
+        self.err = 0;
+    }
+
+    fn fail(&mut self, e: c_int) {
+        if self.err == 0 {
+            self.err = e;
+        }
+    }
+
+    /// Starts a new WR with `opcode`, `wr_id` and the flags (INLINE excepted: only the inline
+    /// setters make a WR inline). Returns it for the opcode's fields.
+    fn push(&mut self, opcode: ibv_wr_opcode, wr_id: u64, flags: u32) -> &mut ibv_send_wr {
+        let wr = ibv_send_wr {
+            wr_id,
+            opcode,
+            send_flags: flags & !IBV_SEND_INLINE,
+            ..Default::default()
+        };
+        self.wrs.push(Pending {
+            wr,
+            body: Body::None,
+        });
+        &mut self.wrs.last_mut().expect("just pushed").wr
+    }
+
+    /// The last WR, for the setters; `EINVAL` (recorded) when there is none.
+    fn last(&mut self) -> Option<&mut Pending> {
+        if self.wrs.is_empty() {
+            self.fail(libc::EINVAL);
+            return None;
+        }
+        self.wrs.last_mut()
+    }
+
+    /// `wr_set_sge_list` (and `wr_set_sge` with one entry): the last WR's SGEs are `list`.
+    pub fn set_sges(&mut self, list: &[ibv_sge]) {
+        let start = self.sges.len();
+        if self.last().is_none() {
+            return;
+        }
+        self.sges.extend_from_slice(list);
+        let p = self.wrs.last_mut().expect("checked");
+        p.body = if list.is_empty() {
+            Body::None
+        } else {
+            Body::Sges {
+                start,
+                len: list.len(),
+            }
+        };
+    }
+
+    /// `wr_set_inline_data(_list)`: the last WR carries the concatenation of `parts` inline.
+    /// More than `max_inline` bytes is `EINVAL` (recorded), without copying.
+    ///
+    /// # Safety
+    /// Every `(addr, len)` part must be readable for `len` bytes.
+    pub unsafe fn set_inline(&mut self, parts: &[(*const u8, usize)], max_inline: u32) {
+        if self.last().is_none() {
+            return;
+        }
+        let total = parts
+            .iter()
+            .try_fold(0usize, |t, &(_, l)| t.checked_add(l));
+        match total {
+            Some(t) if t <= max_inline as usize => {}
+            _ => return self.fail(libc::EINVAL),
+        }
+        let start = self.inline.len();
+        for &(addr, len) in parts {
+            if len == 0 {
+                continue;
+            }
+            if addr.is_null() {
+                return self.fail(libc::EINVAL);
+            }
+            // SAFETY: readable for `len` bytes (contract).
+            self.inline
+                .extend_from_slice(unsafe { core::slice::from_raw_parts(addr, len) });
+        }
+        let len = self.inline.len() - start;
+        self.wrs.last_mut().expect("checked").body = Body::Inline { start, len };
+    }
+
+    /// `wr_set_ud_addr`.
+    pub fn set_ud(&mut self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+        if let Some(p) = self.last() {
+            p.wr.wr.ud.ah = ah;
+            p.wr.wr.ud.remote_qpn = remote_qpn;
+            p.wr.wr.ud.remote_qkey = remote_qkey;
+        }
+    }
+
+    /// Links the recorded WRs into an `ibv_send_wr` list over the batch's own SGE and inline
+    /// storage and returns its head (NULL for an empty batch). The list points into `self`
+    /// and is valid until the batch is changed.
+    pub fn link(&mut self) -> *mut ibv_send_wr {
+        let Batch {
+            wrs, sges, inline, ..
+        } = self;
+        // Where each WR's SGEs start and how many; an inline WR gets one SGE over its bytes,
+        // appended after the recorded ones.
+        let layout: Vec<(usize, usize, bool)> = wrs
+            .iter()
+            .map(|p| match p.body {
+                Body::None => (0, 0, false),
+                Body::Sges { start, len } => (start, len, false),
+                Body::Inline { start, len } => {
+                    sges.push(ibv_sge {
+                        addr: inline.as_ptr().wrapping_add(start) as u64,
+                        length: len as u32,
+                        lkey: 0,
+                    });
+                    (sges.len() - 1, 1, true)
+                }
+            })
+            .collect();
+        // Pointers only now: `sges` does not grow any more.
+        let base = sges.as_mut_ptr();
+        let mut next: *mut ibv_send_wr = ptr::null_mut();
+        for (p, &(start, num, is_inline)) in wrs.iter_mut().zip(&layout).rev() {
+            let w = &mut p.wr;
+            w.next = next;
+            w.num_sge = num as c_int;
+            w.sg_list = if num == 0 {
+                ptr::null_mut()
+            } else {
+                base.wrapping_add(start)
+            };
+            if is_inline {
+                w.send_flags |= IBV_SEND_INLINE;
+            }
+            next = w;
+        }
+        next
+    }
+
+    /// The recorded WRs (tests).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+}
+
+/// A QP's batch and its lock (`RrxeQp::ex`, boxed so the mutex never moves).
+pub struct QpEx {
+    lock: RawMutex,
+    batch: UnsafeCell<Batch>,
+}
+
+// SAFETY: `batch` is only accessed by the thread holding `lock` (between `wr_start` and
+// `wr_complete`/`wr_abort`: the `ibv_qp_ex` contract).
+unsafe impl Sync for QpEx {}
+// SAFETY: as above.
+unsafe impl Send for QpEx {}
+
+impl QpEx {
+    pub fn new() -> QpEx {
+        QpEx {
+            lock: RawMutex::new(),
+            batch: UnsafeCell::new(Batch::default()),
+        }
+    }
+}
+
+impl Default for QpEx {
+    fn default() -> Self {
+        QpEx::new()
+    }
+}
+
+/// The `RrxeQp` of an `ibv_qp_ex` (offset 0 of `verbs_qp`, itself at offset 0).
+fn rqp(q: *mut ibv_qp_ex) -> *mut RrxeQp {
+    q.cast()
+}
+
+/// The batch of `q`.
+///
+/// # Safety
+/// `q` a QP of ours with builders installed, and the calling thread inside `wr_start` ..
+/// `wr_complete`/`wr_abort` (it holds the batch lock).
+#[allow(clippy::mut_from_ref)]
+unsafe fn batch<'a>(q: *mut ibv_qp_ex) -> &'a mut Batch {
+    // SAFETY: contract: `ex` is set for QPs with builders and the lock is held.
+    unsafe { &mut *(*(*rqp(q)).ex).batch.get() }
+}
+
+/// Starts a WR with the QP's current `wr_id`/`wr_flags`.
+///
+/// # Safety
+/// As [`batch`].
+unsafe fn build<'a>(q: *mut ibv_qp_ex, opcode: ibv_wr_opcode) -> &'a mut ibv_send_wr {
+    // SAFETY: contract.
+    unsafe {
+        let (id, flags) = ((*q).wr_id, (*q).wr_flags);
+        batch(q).push(opcode, id, flags)
+    }
+}
+
+unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    // SAFETY: `q` is a QP of ours with builders (libibverbs contract).
+    let ex = unsafe { &*(*rqp(q)).ex };
+    ex.lock.lock();
+    // SAFETY: locked just above.
+    unsafe { batch(q) }.clear();
+}
+
+unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: inside the batch (contract).
+    let b = unsafe { batch(q) };
+    let qp = q.cast::<ibv_qp>();
+    // SAFETY: `q` is live; `state` as in `post_send`.
+    let (state, sq) = unsafe { ((*qp).state, (*rqp(q)).sq) };
+    let ret = if b.err != 0 {
+        b.err
+    } else if !send_state_ok(state) {
+        libc::EINVAL
+    } else if sq.is_null() {
+        libc::EOPNOTSUPP
+    } else {
+        let head = b.link();
+        // SAFETY: `qp` is live; the list points into the batch, which stays untouched until
+        // `post_all` returns; inline sources are the batch's own bytes; UD AHs are the
+        // application's (the `ibv_wr_set_ud_addr` contract).
+        unsafe {
+            let mut hooks = QpHooks::new(qp);
+            (*sq).post_all(head, &mut hooks)
+        }
+    };
+    if ret != 0 {
+        trace!("wr_complete({q:p}) = {ret} ({} WRs not posted)", b.wrs.len());
+    }
+    b.clear();
+    // SAFETY: taken by `wr_start` on this thread.
+    unsafe { (*(*rqp(q)).ex).lock.unlock() };
+    ret
+}
+
+unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    // SAFETY: inside the batch (contract).
+    unsafe {
+        batch(q).clear();
+        (*(*rqp(q)).ex).lock.unlock();
+    }
+}
+
+unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    // SAFETY: inside the batch.
+    unsafe { build(q, IBV_WR_SEND) };
+}
+
+unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm_data: u32) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_SEND_WITH_IMM) };
+    w.__bindgen_anon_1.imm_data = imm_data;
+}
+
+unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_RDMA_WRITE) };
+    w.wr.rdma.rkey = rkey;
+    w.wr.rdma.remote_addr = remote_addr;
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_RDMA_WRITE_WITH_IMM) };
+    w.wr.rdma.rkey = rkey;
+    w.wr.rdma.remote_addr = remote_addr;
+    w.__bindgen_anon_1.imm_data = imm;
+}
+
+unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_RDMA_READ) };
+    w.wr.rdma.rkey = rkey;
+    w.wr.rdma.remote_addr = remote_addr;
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_ATOMIC_CMP_AND_SWP) };
+    w.wr.atomic.rkey = rkey;
+    w.wr.atomic.remote_addr = remote_addr;
+    w.wr.atomic.compare_add = compare;
+    w.wr.atomic.swap = swap;
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, add: u64) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_ATOMIC_FETCH_AND_ADD) };
+    w.wr.atomic.rkey = rkey;
+    w.wr.atomic.remote_addr = remote_addr;
+    w.wr.atomic.compare_add = add;
+}
+
+unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let sge = ibv_sge { addr, length, lkey };
+    // A zero-length SGE carries no data (as rdma-core's providers treat it).
+    let list: &[ibv_sge] = if length == 0 { &[] } else { core::slice::from_ref(&sge) };
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.set_sges(list);
+}
+
+unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    // SAFETY: inside the batch.
+    let b = unsafe { batch(q) };
+    if num_sge == 0 {
+        return b.set_sges(&[]);
+    }
+    if sg_list.is_null() || !sg_list.is_aligned() {
+        return b.fail(libc::EINVAL);
+    }
+    // SAFETY: `sg_list` valid for `num_sge` entries (the `ibv_wr_set_sge_list` contract).
+    b.set_sges(unsafe { core::slice::from_raw_parts(sg_list, num_sge) });
+}
+
+/// The QP's `max_inline_data` (from its send ring; 0 without one).
+///
+/// # Safety
+/// `q` a live QP of ours.
+unsafe fn max_inline(q: *mut ibv_qp_ex) -> u32 {
+    // SAFETY: contract; the ring lives as long as the QP.
+    unsafe {
+        let sq = (*rqp(q)).sq;
+        if sq.is_null() {
+            0
+        } else {
+            (*sq).caps().max_inline
+        }
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    // SAFETY: inside the batch; `addr` readable for `length` bytes (the API's contract).
+    unsafe {
+        let max = max_inline(q);
+        batch(q).set_inline(&[(addr.cast_const().cast(), length)], max);
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    num_buf: usize,
+    buf_list: *const ibv_data_buf,
+) {
+    // SAFETY: inside the batch.
+    let b = unsafe { batch(q) };
+    if num_buf != 0 && (buf_list.is_null() || !buf_list.is_aligned()) {
+        return b.fail(libc::EINVAL);
+    }
+    let bufs: &[ibv_data_buf] = if num_buf == 0 {
+        &[]
+    } else {
+        // SAFETY: `buf_list` valid for `num_buf` entries (the API's contract).
+        unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
+    };
+    let parts: Vec<(*const u8, usize)> = bufs
+        .iter()
+        .map(|d| (d.addr.cast_const().cast(), d.length))
+        .collect();
+    // SAFETY: each buffer is readable for its length (the API's contract).
+    unsafe {
+        let max = max_inline(q);
+        b.set_inline(&parts, max);
+    }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.set_ud(ah, qpn, qkey);
+}
+
+// Operations rrxe does not execute: refused at create when requested; if called anyway, the
+// batch fails with EOPNOTSUPP (rather than a NULL call).
+unsafe extern "C" fn wr_unsupported_rkey(q: *mut ibv_qp_ex, _rkey: u32) {
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
+}
+unsafe extern "C" fn wr_unsupported_bind_mw(
+    q: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
+}
+unsafe extern "C" fn wr_unsupported_tso(q: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
+}
+unsafe extern "C" fn wr_unsupported_atomic_write(
+    q: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _wr: *const c_void,
+) {
+    // SAFETY: inside the batch.
+    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
+}
+
+/// Fills the `ibv_qp_ex` callbacks of `qp`: every builder the provider implements (an
+/// operation the QP type does not take fails at `wr_complete` with `EINVAL`, as in
+/// `post_send`), and failing stubs for the operations rrxe does not execute.
+///
+/// # Safety
+/// `qp` a live QP of ours not yet handed out, with `ex` set.
+pub(crate) unsafe fn install(qp: *mut RrxeQp) {
+    // SAFETY: contract; the `ibv_qp_ex` view covers the `verbs_qp` union.
+    let x = unsafe { &mut *(&raw mut (*qp).vqp.u.qp_ex).cast::<ibv_qp_ex>() };
+    x.wr_start = Some(wr_start);
+    x.wr_complete = Some(wr_complete);
+    x.wr_abort = Some(wr_abort);
+    x.wr_send = Some(wr_send);
+    x.wr_send_imm = Some(wr_send_imm);
+    x.wr_rdma_write = Some(wr_rdma_write);
+    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_sge_list = Some(wr_set_sge_list);
+    x.wr_set_inline_data = Some(wr_set_inline_data);
+    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    x.wr_set_ud_addr = Some(wr_set_ud_addr);
+    x.wr_local_inv = Some(wr_unsupported_rkey);
+    x.wr_send_inv = Some(wr_unsupported_rkey);
+    x.wr_set_xrc_srqn = Some(wr_unsupported_rkey);
+    x.wr_bind_mw = Some(wr_unsupported_bind_mw);
+    x.wr_send_tso = Some(wr_unsupported_tso);
+    x.wr_atomic_write = Some(wr_unsupported_atomic_write);
+}
