@@ -1,7 +1,9 @@
 # rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
 #   make demo   build everything, boot the test VM, show rrxe0 working
-#   make test   all tests: host (cargo) and VM
-.PHONY: all build demo test test-host test-vm bench fuzz deps kernel clean
+#   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
+#   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
+#                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
+.PHONY: all build demo test test-host test-vm test-install bench fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -31,8 +33,19 @@ bench: build
 fuzz: deps
 	RRXE_FUZZ_PACKETS=$${RRXE_FUZZ_PACKETS:-1000000} scripts/fuzz
 
+# DKMS install/uninstall into a staging root against the test kernel tree, and the refusals.
+test-install: build
+	scripts/install-test
+
+install:
+	KDIR="$(KDIR)" DESTDIR="$(DESTDIR)" scripts/install-rrxe install
+
+uninstall:
+	KDIR="$(KDIR)" DESTDIR="$(DESTDIR)" scripts/install-rrxe uninstall
+
 test: build
 	scripts/test-host
+	scripts/install-test
 	tests/vm/run-all
 
 clean:
