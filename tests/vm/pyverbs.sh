@@ -1,0 +1,72 @@
+#!/bin/bash
+# Issue 12: rdma-core's own test suite (pyverbs, python3-pyverbs 44, tests shipped by Debian in
+# /usr/share/doc/rdma-core/tests) against rrxe0 (veth0) and, in the same guest, rdma_rxe's rxe0
+# (veth1). Prints a per-file table (pass/fail/skip on each device), every skip rrxe0 has and
+# rxe0 has not (FINDING), rxe0's own failures (INFO), then one check per test file:
+# "PASS pyverbs.<file>" when rrxe0 has no failure, error or timeout in it (XFAILs excepted,
+# each with its reason, from tests/vm/pyverbs.xfail).
+#
+#   scripts/vm-run --timeout 600 -- /work/main/tests/vm/pyverbs.sh
+#
+# Knobs: RRXE_PYVERBS_MODULES (space-separated test files without .py; default below),
+# RRXE_PYVERBS_DEVS ("rrxe0 rxe0"; the first is checked, the second is the reference),
+# RRXE_PYVERBS_PER_TEST (per-test watchdog, seconds, 60), RRXE_PYVERBS_NETDEV_SHIM (1: a
+# software device's IP address is found through its GID's netdev, so that the rdmacm tests
+# run instead of skipping for want of /sys/class/infiniband/DEV/device/net; 0: stock suite).
+. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3   # Debian's python3-pyverbs is built for the system interpreter
+src=/usr/share/doc/rdma-core/tests
+# The device-independent test files, the same set on both devices. Left out: the vendor files
+# (test_mlx5_*, test_efa*: they skip on any other device) and test_cuda_dmabuf (needs CUDA).
+modules=${RRXE_PYVERBS_MODULES:-test_addr test_atomic test_cq test_cq_events test_cqex
+  test_device test_flow test_fork test_mr test_odp test_parent_domain test_pd test_qp
+  test_qpex test_rdmacm test_relaxed_ordering test_rss_traffic test_shared_pd
+  test_tag_matching}
+read -r -a devs <<< "${RRXE_PYVERBS_DEVS:-rrxe0 rxe0}"
+dut=${devs[0]}; ref=${devs[1]:-}
+
+# Debian compresses the larger files of the doc directory: copy and uncompress. The
+# directory must be called `tests` (the files import each other as tests.*).
+work=$(mktemp -d /tmp/pyverbs.XXXX)
+cp -r "$src" "$work/tests" && gunzip -f "$work"/tests/*.gz
+check "pyverbs.suite_present" test -f "$work/tests/base.py" -a -f "$work/tests/args_parser.py"
+
+for n in veth0 veth1; do sysctl -qw "net.ipv4.conf.$n.accept_local=1" 2>/dev/null; done
+# rdma_rxe first: it binds UDP 4791 at load; rrxe opens its socket only when a path needs the
+# wire, and every pyverbs test here talks from a device to itself.
+if [ -n "$ref" ] && [ ! -e "/sys/class/infiniband/$ref" ]; then
+  modprobe rdma_rxe && rdma link add "$ref" type rxe netdev veth1
+fi
+if [ ! -e "/sys/class/infiniband/$dut" ]; then
+  modprobe rrxe && rdma link add "$dut" type rrxe netdev veth0
+fi
+for d in "${devs[@]}"; do
+  active() { [ "$(port_state "$d")" = PORT_ACTIVE ]; }
+  check "pyverbs.$d.port_active" wait_for 10 active
+done
+
+shim=; [ "${RRXE_PYVERBS_NETDEV_SHIM:-1}" = 1 ] && shim=--netdev-shim
+for d in "${devs[@]}"; do
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout -k 5 "${RRXE_PYVERBS_DEV_TIMEOUT:-400}" "$py" "$here/pyverbs-run.py" run \
+    --tests "$work/tests" --dev "$d" --out "$work/$d.tsv" \
+    --per-test "${RRXE_PYVERBS_PER_TEST:-60}" $shim $modules 2>&1 | grep -v '^  pass ' \
+    | sed "s/^/[$d] /"
+  echo "pyverbs: $d: $(( $(date +%s) - t0 )) s"
+done
+
+# shellcheck disable=SC2086
+out=$("$py" "$here/pyverbs-run.py" compare --ref "${ref:-none}=$work/${ref:-none}.tsv" \
+  --dut "$dut=$work/$dut.tsv" --xfail "$here/pyverbs.xfail" $modules)
+echo "$out" | grep -vE '^(PASS|FAIL) '
+while IFS= read -r line; do
+  case "$line" in
+    "PASS "*) pass "${line#PASS }" ;;
+    "FAIL "*) n=${line#FAIL }; fail "${n%%:*}" "${n#*: }" ;;
+  esac
+done <<< "$(echo "$out" | grep -E '^(PASS|FAIL) ')"
+cp "$work"/*.tsv . 2>/dev/null   # kept in the vm-run job directory
+rm -rf "$work"
+summary
