@@ -16,7 +16,10 @@ pub(crate) struct DevStats([AtomicU64; COUNT]);
 impl DevStats {
     /// All zero, shareable.
     pub(crate) fn new() -> Result<Arc<Self>> {
-        Ok(Arc::new(DevStats([const { AtomicU64::new(0) }; COUNT]), GFP_KERNEL)?)
+        Ok(Arc::new(
+            DevStats([const { AtomicU64::new(0) }; COUNT]),
+            GFP_KERNEL,
+        )?)
     }
 
     /// Adds `n` to counter `s` (any context).
