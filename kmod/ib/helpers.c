@@ -72,6 +72,16 @@ void rrxe_local_bh_enable(void)
 	local_bh_enable();
 }
 
+void rrxe_cond_resched(void)
+{
+	cond_resched();
+}
+
+bool rrxe_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
 struct page *rrxe_sg_page(struct scatterlist *sg)
 {
 	return sg_page(sg);
@@ -105,6 +115,11 @@ unsigned long rrxe_usecs_to_jiffies(unsigned int us)
 unsigned long rrxe_jiffies(void)
 {
 	return READ_ONCE(jiffies);
+}
+
+unsigned long rrxe_msecs_to_jiffies(unsigned int ms)
+{
+	return msecs_to_jiffies(ms);
 }
 
 /* Called from the UDP receive path, which holds the RCU read lock. */
