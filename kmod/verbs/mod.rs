@@ -11,6 +11,7 @@ mod mr;
 mod pd;
 mod qp;
 mod srq;
+pub(crate) mod stats;
 
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;
