@@ -52,8 +52,9 @@ pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 const BUDGET: u32 = 64;
 /// Passes one doorbell makes at most (then the continuation timer takes over).
 const MAX_PASSES: u32 = 1 << 16;
-/// Bulk packets one doorbell pass and its delivery may generate.
-const DOORBELL_BULK: u32 = 4 * BUDGET;
+/// Bulk packets one doorbell pass and its delivery may generate (bottom halves stay disabled
+/// for a pass and its delivery: keep it short).
+const DOORBELL_BULK: u32 = 2 * BUDGET;
 /// Bulk packets one packet from the wire may trigger (an ACK opening the window).
 const RX_BULK: u32 = 4 * BUDGET;
 /// Bulk packets one timer expiry (continuation, retransmit, RNR) may generate.
@@ -66,7 +67,7 @@ const OUT_CAP: usize = 32;
 /// delivered yields at most one, and bulk stops here).
 const OUT_HIGH: usize = 24;
 /// Packets one delivery processes at most (a safety net: the budgets above end it sooner).
-const DELIVER_MAX: u32 = 8 * (DOORBELL_BULK + OUT_CAP as u32);
+const DELIVER_MAX: u32 = 8 * (RX_BULK + OUT_CAP as u32);
 /// Loopback packet buffers per device, shared by the deliveries in progress.
 const POOL_BUFS: usize = 64;
 /// A loopback buffer: metadata (length, GRH, source and destination GIDs), then the packet.
