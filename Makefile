@@ -1,7 +1,8 @@
 # rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo) and VM
-.PHONY: all build demo test test-host test-vm bench deps kernel clean
+#   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
+.PHONY: all build demo test test-host test-vm bench soak deps kernel clean
 
 all: build
 
@@ -26,6 +27,9 @@ test-vm: build
 
 bench: build
 	scripts/vm-run --bare --timeout 900 -- $(CURDIR)/scripts/bench
+
+soak: build
+	scripts/soak
 
 test: build
 	scripts/test-host
