@@ -152,9 +152,10 @@ ctr() {
 # Names looked up (the first present wins).
 RETRANS_NAMES="retransmits retransmitted_pkts retrans_pkts"
 ICRC_NAMES="icrc_errors rcvd_icrc_err icrc_err bad_icrc"
-snap() {  # snap TAG: counters of every rrxe device of the topology into /tmp/ctr.TAG.DEV
+snap() {  # snap TAG: counters of both devices into /tmp/ctr.TAG.DEV, UDP errors into /tmp/udp.TAG
   local d
   for d in "$DEV0" "$DEV1"; do counters "$d" > "/tmp/ctr.$1.$d"; done
+  udp_snap "$1"
 }
 # delta NAMES TAG0 TAG1: sum over the topology's rrxe devices of NAME(after) - NAME(before);
 # prints nothing and fails when no rrxe device has any of the NAMES
@@ -170,14 +171,25 @@ delta() {
   done
   [ $found = 1 ] && echo "$sum"
 }
-# show_deltas TAG0 TAG1: every counter that moved, per device
+# show_deltas TAG0 TAG1: every counter that moved, per device (and the UDP receive errors of
+# both namespaces: a datagram the socket dropped is a loss the transport must recover too)
 show_deltas() {
   local d
   for d in "$DEV0" "$DEV1"; do
     [ -s "/tmp/ctr.$2.$d" ] || { echo "    $d: no hw counters (rdma statistic show link $d/1 is empty)"; continue; }
-    echo "    $d: $(join <(sort "/tmp/ctr.$1.$d") <(sort "/tmp/ctr.$2.$d") |
-      awk '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
+    sort "/tmp/ctr.$1.$d" > /tmp/ctr.s1; sort "/tmp/ctr.$2.$d" > /tmp/ctr.s2
+    echo "    $d: $(join /tmp/ctr.s1 /tmp/ctr.s2 | awk '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
   done
+  paste "/tmp/udp.$1" "/tmp/udp.$2" 2>/dev/null |
+    awk '{ printf "    udp %s: InErrors +%d RcvbufErrors +%d\n", $1, $5 - $2, $6 - $3 }'
+}
+# udp_snap TAG: UDP InErrors and RcvbufErrors of init_net and of "peer" (/proc/net/snmp)
+udp_snap() {
+  local ns
+  for ns in init peer; do
+    if [ $ns = init ]; then cat /proc/net/snmp; else ip netns exec peer cat /proc/net/snmp 2>/dev/null; fi |
+      awk -v ns=$ns '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) c[$i] = i; h = 1 } else print ns, $c["InErrors"], $c["RcvbufErrors"] }'
+  done > "/tmp/udp.$1"
 }
 
 # The netem settings of the suite and the soak: NAME|SPEC

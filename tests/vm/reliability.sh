@@ -99,8 +99,8 @@ xpair() {
     pass "$n"; grep -E "$pat" "/tmp/$n.client" | head -1 | sed 's/^/    /'
   else
     fail "$n" "$why"
-    { echo "--- server (${sx[*]} $* -d $sdev)"; tail -6 "/tmp/$n.server"
-      echo "--- client (${cx[*]} $* -d $cdev $sip)"; tail -6 "/tmp/$n.client"; } | sed 's/^/    /'
+    { echo "--- server (${sx[*]} $* -d $sdev)"; grep -v -- '-----' "/tmp/$n.server" | tail -12
+      echo "--- client (${cx[*]} $* -d $cdev $sip)"; grep -v -- '-----' "/tmp/$n.client" | tail -12; } | sed 's/^/    /'
   fi
 }
 
@@ -108,8 +108,10 @@ xpair() {
 rrxe_side() { if is_rrxe "$DEV0" || ! is_rrxe "$DEV1"; then echo 0; else echo 1; fi; }
 
 lossless() {
+  snap before
   sub "$TOPO.lossless" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
     --ops 60 --ud-ops 40 --max-size $((4 << 20)) --bursts 4 --atomic-counter 64 "${seed[@]}"
+  snap after; show_deltas before after
 }
 
 # faults: every netem setting in turn, RC only, counters around it.

@@ -299,10 +299,21 @@ fn run(o: &Opts, r: &mut Report, mode: &str) -> Result<(), String> {
 
     sh(&o.down_cmd)?;
     let down = Instant::now();
+    // What completed meanwhile (the command takes a while under TCG), then a full pipeline of
+    // WRs posted on the dead path: these cannot have been delivered before the outage.
+    let mut ok_before = 0u32;
+    while let Some(w) = tr.one(Duration::ZERO)? {
+        if w.status != IBV_WC_SUCCESS {
+            return Err(format!("completion before the outage showed: {}", dp::wc_str(&w)));
+        }
+        ok_before += 1;
+    }
+    let first_dead = tr.next;
+    tr.fill(&mut rng)?;
     r.info(
         mode,
         format!(
-            "ran `{}` with {} WRs in flight",
+            "ran `{}`; {ok_before} WRs completed meanwhile; WRs {first_dead}.. posted on the dead path, {} in flight",
             o.down_cmd,
             tr.inflight.len()
         ),
@@ -383,12 +394,20 @@ fn run(o: &Opts, r: &mut Report, mode: &str) -> Result<(), String> {
     let mut flushed = 0u32;
     let mut bad_after = Vec::new();
     let mut ok_after = 0u32;
+    let mut ghosts = Vec::new();
     let end = down + o.deadline;
     while !tr.inflight.is_empty() {
         let left = end.saturating_duration_since(Instant::now());
         match tr.one(left.max(Duration::from_millis(1)))? {
             None => break,
-            Some(w) if first.is_none() && w.status == IBV_WC_SUCCESS => ok_after += 1,
+            Some(w) if first.is_none() && w.status == IBV_WC_SUCCESS => {
+                ok_after += 1;
+                if w.wr_id >= first_dead {
+                    ghosts.push(w.wr_id);
+                }
+                // keep traffic on the dead path until the requester gives up
+                tr.fill(&mut rng)?;
+            }
             Some(w) if first.is_none() => first = Some((w, down.elapsed())),
             Some(w) if w.status == IBV_WC_WR_FLUSH_ERR => flushed += 1,
             Some(w) => bad_after.push(dp::wc_str(&w)),
@@ -397,6 +416,18 @@ fn run(o: &Opts, r: &mut Report, mode: &str) -> Result<(), String> {
             break;
         }
     }
+    r.result(
+        &format!("{mode}.nothing_delivered_on_dead_path"),
+        if ghosts.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} WRs posted after the link went down completed successfully (wr_id {:?}...)",
+                ghosts.len(),
+                &ghosts[..ghosts.len().min(5)]
+            ))
+        },
+    );
     let lo_ms = t_us * u64::from(o.rc.retry_cnt) / 1000;
     let hi_ms = 4 * t_us * (u64::from(o.rc.retry_cnt) + 1) / 1000 + o.slack_ms;
     let n = format!("{mode}.error_completion");
