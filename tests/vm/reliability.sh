@@ -38,6 +38,22 @@
 #   RRXE_REL_SEED      integrity/ucloss seed (default: from the clock, printed)
 #   RRXE_REL_STEP_TIMEOUT  seconds per step (120); RRXE_REL_WC_TIMEOUT seconds per completion
 #                      under faults (30)
+#   RRXE_REL_XFAIL     check names whose FAIL is a known rdma_rxe 6.12 bug: printed as XFAIL,
+#                      not counted. Default: the UC checks with rxe as the receiver (below).
+#
+# rdma_rxe 6.12 bug (UC receiver never recovers from a lost packet): when the LAST packet of a
+# multi-packet UC RDMA WRITE is lost, the next message's FIRST packet reaches check_op_seq()
+# with qp->resp.opcode still *_RDMA_WRITE_MIDDLE -> RESPST_ERR_MISSING_OPCODE_LAST_D1E ->
+# do_class_d1e_error(), which resets resp.opcode to -1 only when a receive WQE is attached
+# (none is for a WRITE) and drops the packet; so every later message is dropped and the QP
+# never delivers again (rxe_resp.c). rrxe-ucloss shows it as ucloss.some_delivered and
+# ucloss.still_works failing whenever rxe receives.
+#
+# rdma_rxe 6.12 bug (link down): with the link pulled under RC WRITEs, an rxe requester never
+# completes its WRs (no IBV_WC_RETRY_EXC_ERR within 30 s: its retransmissions stall behind
+# the skbs it still counts in flight), then ibv_destroy_qp WARNs in __rxe_cleanup ("cleanup
+# failed, err = -110") and frees the QP anyway: KASAN reports a use-after-free in
+# rxe_skb_tx_dtor when the queued skbs are finally freed (seen with RRXE_REL_B=rxe).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +65,8 @@ BPEER=${RRXE_REL_B:-rrxe}
 only=" ${RRXE_REL_ONLY:-A.lossless A.faults A.ucloss A.linkdown B.interop B.faults B.ucloss B.linkdown} "
 settings=" ${RRXE_REL_SETTINGS:-loss1 loss10 reorder dup5 corrupt2} "
 part() { [[ $only == *" $1 "* ]]; }
+uc_rxe_bug() { local d; for d in "$@"; do echo "$d.ucloss.some_delivered $d.ucloss.still_works"; done; }
+xfail=" ${RRXE_REL_XFAIL-$(uc_rxe_bug B.ucloss.rrxe1_to_rxe0 Brxe.ucloss.rxe0_to_rxe1 Brxe.ucloss.rxe1_to_rxe0) Brxe.linkdown.linkdown.error_completion} "
 seed=(); [ -n "${RRXE_REL_SEED:-}" ] && seed=(--seed "$RRXE_REL_SEED")
 t0=$(date +%s)
 elapsed() { rel_log "$1 done at +$(( $(date +%s) - t0 )) s"; }
@@ -60,11 +78,13 @@ sub() {
   local pre=$1; shift; local out rc p f
   out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
   out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' | sed -E "s/^(PASS|FAIL|INFO|SKIP) /\1 $pre./")
+  local x
+  for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known rdma_rxe 6.12 bug):/"); done
   echo "$out"
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
   if [ $rc = 124 ] || [ $rc = 137 ]; then fail "$pre" "hang: killed after ${T} s"
-  elif [ $rc != 0 ] && [ "$f" = 0 ]; then fail "$pre" "exit $rc: $(echo "$out" | tail -3)"
+  elif [ $rc != 0 ] && [ "$f" = 0 ] && ! grep -q '^XFAIL ' <<<"$out"; then fail "$pre" "exit $rc: $(echo "$out" | tail -3)"
   elif [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$pre" "no check ran"; fi
 }
 
@@ -188,10 +208,10 @@ interop() {
     if [ $s = 1 ]; then dir="srv_$DEV1"; else dir="srv_$DEV0"; fi
     for tool in rc uc ud srq; do
       for sz in 64 16384; do
-        local args=(-n "$ITERS" -s "$sz")
-        if [ $tool = ud ] && [ $sz -gt 64 ]; then args=(-n "$ITERS" -s "$(active_mtu_bytes)"); fi
+        local args=(-n "$ITERS" -s "$sz") nm=$sz
+        if [ $tool = ud ] && [ $sz -gt 64 ]; then nm=$(active_mtu_bytes); args=(-n "$ITERS" -s "$nm"); fi
         [ $tool = srq ] && args+=(-q 4)
-        xpair "$TOPO.interop.pingpong.$tool.$sz.$dir" "iters in" $s -g ibv_${tool}_pingpong "${args[@]}"
+        xpair "$TOPO.interop.pingpong.$tool.$nm.$dir" "iters in" $s -g ibv_${tool}_pingpong "${args[@]}"
       done
     done
     local row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)'
