@@ -181,7 +181,8 @@ show_deltas() {
     echo "    $d: $(join /tmp/ctr.s1 /tmp/ctr.s2 | awk '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
   done
   paste "/tmp/udp.$1" "/tmp/udp.$2" 2>/dev/null |
-    awk '{ printf "    udp %s: InErrors +%d RcvbufErrors +%d\n", $1, $5 - $2, $6 - $3 }'
+    awk '$1 == "backlog" { printf "    input backlog drops (softnet_stat): +%d\n", $5 - $2; next }
+         { printf "    udp %s: InErrors +%d RcvbufErrors +%d\n", $1, $5 - $2, $6 - $3 }'
 }
 # udp_snap TAG: UDP InErrors and RcvbufErrors of init_net and of "peer" (/proc/net/snmp)
 udp_snap() {
@@ -190,6 +191,10 @@ udp_snap() {
     if [ $ns = init ]; then cat /proc/net/snmp; else ip netns exec peer cat /proc/net/snmp 2>/dev/null; fi |
       awk -v ns=$ns '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) c[$i] = i; h = 1 } else print ns, $c["InErrors"], $c["RcvbufErrors"] }'
   done > "/tmp/udp.$1"
+  # per-CPU input queue (netdev_max_backlog) drops, all namespaces: column 2, hex
+  local a b r d=0
+  while read -r a b r; do d=$((d + 16#$b)); done < /proc/net/softnet_stat
+  echo "backlog $d 0" >> "/tmp/udp.$1"
 }
 
 # The netem settings of the suite and the soak: NAME|SPEC

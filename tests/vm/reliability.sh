@@ -13,8 +13,9 @@
 #                 counter fails)
 #      ucloss     UC through 10% loss: messages arrive intact or not at all; the QP keeps
 #                 working (rrxe-ucloss)
-#      linkdown   link flapped for 300 ms under RC WRITEs: everything completes (retransmit
-#                 timer); link pulled: IBV_WC_RETRY_EXC_ERR within 4 x 4.096 us x 2^timeout x
+#      linkdown   link flapped for 300 ms under RC WRITEs: everything completes; a 300 ms
+#                 blackhole (netem loss 100%, ports up): everything completes (only the
+#                 retransmit timer can do it); link pulled: IBV_WC_RETRY_EXC_ERR within 4 x 4.096 us x 2^timeout x
 #                 (retry_cnt + 1) (+ slack), the rest flushed (rrxe-linkdown); link back up:
 #                 a fresh ibv_rc_pingpong works
 #   B  rxe0 (rdma_rxe, veth0, init_net) <-> rrxe1 (veth1, netns "peer")
@@ -124,13 +125,29 @@ xpair() {
   fi
 }
 
+# both_dirs NAME PATTERN GFLAG TOOL ARGS...: xpair with the server on DEV1 and, at the same
+# time (TCG makes each pair mostly waiting), with the server on DEV0; names get .srv_DEVn.
+both_dirs() {
+  local n=$1 pat=$2; shift 2
+  local p=$PORT
+  ( PORT=$p; xpair "$n.srv_$DEV1" "$pat" 1 "$@" ) > /tmp/both.1 2>&1 &
+  local a=$!
+  ( PORT=$((p + 1)); xpair "$n.srv_$DEV0" "$pat" 0 "$@" ) > /tmp/both.0 2>&1 &
+  local b=$!
+  wait "$a" "$b"
+  PORT=$((p + 2))
+  cat /tmp/both.1 /tmp/both.0
+  PASSED=$((PASSED + $(cat /tmp/both.1 /tmp/both.0 | grep -c '^PASS ')))
+  FAILED=$((FAILED + $(cat /tmp/both.1 /tmp/both.0 | grep -c '^FAIL ')))
+}
+
 # The device that speaks rrxe (requester of the link-down test); the other one.
 rrxe_side() { if is_rrxe "$DEV0" || ! is_rrxe "$DEV1"; then echo 0; else echo 1; fi; }
 
 lossless() {
   snap before
   sub "$TOPO.lossless" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
-    --ops 60 --ud-ops 40 --max-size $((4 << 20)) --bursts 4 --atomic-counter 64 "${seed[@]}"
+    --ops 40 --ud-ops 40 --max-size $((4 << 20)) --bursts 4 --atomic-counter 64 "${seed[@]}"
   snap after; show_deltas before after
 }
 
@@ -190,6 +207,13 @@ linkdown() {
     --down-cmd "$down" --up-cmd "$up" --down-ms 300 --deadline 60 "${seed[@]}"
   "${NS1[@]}" ip link set veth1 up
   wait_for 30 both_active "$DEV0" "$DEV1"
+  # The same outage with the ports staying up: every packet vanishes for 300 ms (netem loss
+  # 100% on both ends), so only the retransmit timer can bring the WRs home.
+  local bh_on="${NS0[*]} tc qdisc replace dev veth0 root netem loss 100%; ${NS1[*]} tc qdisc replace dev veth1 root netem loss 100%"
+  local bh_off="${NS0[*]} tc qdisc del dev veth0 root; ${NS1[*]} tc qdisc del dev veth1 root"
+  sub "$TOPO.blackhole" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 16 --retry-cnt 7 \
+    --down-cmd "$bh_on" --up-cmd "$bh_off" --down-ms 300 --deadline 60 --name blackhole "${seed[@]}"
+  netem_off
   sub "$TOPO.linkdown" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 14 --retry-cnt 7 \
     --down-cmd "$down" --deadline 30 "${seed[@]}"
   "${NS1[@]}" ip link set veth1 up
@@ -203,26 +227,37 @@ linkdown() {
 }
 
 interop() {
-  local s tool sz dir
-  for s in 1 0; do
-    if [ $s = 1 ]; then dir="srv_$DEV1"; else dir="srv_$DEV0"; fi
+  local tool sz
+  {
     for tool in rc uc ud srq; do
       for sz in 64 16384; do
         local args=(-n "$ITERS" -s "$sz") nm=$sz
         if [ $tool = ud ] && [ $sz -gt 64 ]; then nm=$(active_mtu_bytes); args=(-n "$ITERS" -s "$nm"); fi
         [ $tool = srq ] && args+=(-q 4)
-        xpair "$TOPO.interop.pingpong.$tool.$nm.$dir" "iters in" $s -g ibv_${tool}_pingpong "${args[@]}"
+        both_dirs "$TOPO.interop.pingpong.$tool.$nm" "iters in" -g ibv_${tool}_pingpong "${args[@]}"
       done
     done
     local row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)'
+    # perftest sets its QP's max_rd_atomic to the PEER's outstanding-reads value (by default
+    # the peer device's maximum: 128 on rdma_rxe), which a device with a lower
+    # max_qp_init_rd_atom (rrxe: 16) must refuse (EINVAL at RTS): both sides get -o with the
+    # smaller of the two devices' limits.
+    local outs; outs=$(min_rd_atom)
     for tool in write_bw read_bw send_bw atomic_bw write_lat; do
       local extra=()
-      case $tool in write_bw|read_bw|send_bw) extra=(-s 16384) ;; esac
-      xpair "$TOPO.interop.perftest.$tool.$dir" "$row" $s -x ib_$tool -n "$ITERS" -F "${extra[@]}"
+      case $tool in write_bw|send_bw) extra=(-s 16384) ;; read_bw) extra=(-s 16384 -o "$outs") ;; atomic_bw) extra=(-o "$outs") ;; esac
+      both_dirs "$TOPO.interop.perftest.$tool" "$row" -x ib_$tool -n "$ITERS" -F "${extra[@]}"
     done
-  done
+  }
   sub "$TOPO.interop" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
     --ops 100 --ud-ops 40 --bursts 3 --atomic-counter 32 "${seed[@]}"
+}
+min_rd_atom() {
+  local a b
+  a=$(ibv_devinfo -v -d "$DEV0" | awk '/max_qp_init_rd_atom:/ { print $2; exit }')
+  b=$(ibv_devinfo -v -d "$DEV1" | awk '/max_qp_init_rd_atom:/ { print $2; exit }')
+  a=${a:-16}; b=${b:-16}
+  echo $(( a < b ? a : b ))
 }
 active_mtu_bytes() {
   case $(active_mtu "$DEV0") in 256) echo 256 ;; 512) echo 512 ;; 2048) echo 2048 ;; 4096) echo 4096 ;; *) echo 1024 ;; esac

@@ -17,6 +17,7 @@
 //!   rrxe-linkdown --dev rrxe0 --dev2 rrxe1 --down-cmd CMD [--up-cmd CMD --down-ms MS]
 //!                 [--timeout 14] [--retry-cnt 7] [--size 65536] [--depth 8] [--warmup 20]
 //!                 [--after 20] [--deadline SECS] [--slack-ms 3000] [--seed S]
+//!                 [--name CHECK_PREFIX (default linkdown, or linkflap with --up-cmd)]
 //!
 //! Prints PASS/FAIL/INFO lines and "N passed, N failed"; exit status non-zero on failure.
 
@@ -55,6 +56,7 @@ struct Opts {
     deadline: Duration,
     slack_ms: u64,
     seed: u64,
+    name: Option<String>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -72,6 +74,7 @@ fn parse() -> Result<Opts, String> {
         deadline: Duration::from_secs(60),
         slack_ms: 3000,
         seed: dp::clock_seed(),
+        name: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -90,6 +93,7 @@ fn parse() -> Result<Opts, String> {
             "--deadline" => o.deadline = Duration::from_secs(dp::arg_val(&mut args, &a)?),
             "--slack-ms" => o.slack_ms = dp::arg_val(&mut args, &a)?,
             "--seed" => o.seed = dp::arg_val(&mut args, &a)?,
+            "--name" => o.name = Some(dp::arg_val(&mut args, &a)?),
             "-h" | "--help" => {
                 println!("see the header of tests/vm/verbs/src/bin/rrxe-linkdown.rs");
                 std::process::exit(0);
@@ -210,10 +214,10 @@ fn main() -> ExitCode {
         }
     };
     let mut r = Report::new(Vec::new(), Vec::new());
-    let mode = if o.up_cmd.is_some() {
-        "linkflap"
-    } else {
-        "linkdown"
+    let mode = match (&o.name, o.up_cmd.is_some()) {
+        (Some(n), _) => n.as_str(),
+        (None, true) => "linkflap",
+        (None, false) => "linkdown",
     };
     let res = run(&o, &mut r, mode);
     if let Err(e) = res {
