@@ -1,7 +1,9 @@
 # rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo) and VM
-.PHONY: all build demo test test-host test-vm bench fuzz deps kernel clean
+#   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
+#   make fuzz   longer fuzz runs than make test's
+.PHONY: all build demo test test-host test-vm bench soak fuzz deps kernel clean
 
 all: build
 
@@ -30,6 +32,9 @@ bench: build
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path.
 fuzz: deps
 	RRXE_FUZZ_PACKETS=$${RRXE_FUZZ_PACKETS:-1000000} scripts/fuzz
+
+soak: build
+	scripts/soak
 
 test: build
 	scripts/test-host
