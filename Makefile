@@ -1,9 +1,11 @@
 # rrxe: Soft-RoCE rebuilt in Rust.  See README.md.
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
+#   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
+#   make fuzz   longer fuzz runs than make test's
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -32,6 +34,9 @@ bench: build
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path.
 fuzz: deps
 	RRXE_FUZZ_PACKETS=$${RRXE_FUZZ_PACKETS:-1000000} scripts/fuzz
+
+soak: build
+	scripts/soak
 
 # DKMS install/uninstall into a staging root against the test kernel tree, and the refusals.
 test-install: build

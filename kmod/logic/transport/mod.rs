@@ -58,7 +58,7 @@ pub const RC_WINDOW: u32 = 512;
 /// continues later ([`Engine::run_responder`]): a 1 MiB READ must not flood the path at once.
 pub const READ_BURST: u32 = 128;
 /// The requester asks for an ACK at least every this many packets.
-pub const ACK_REQ_EVERY: u32 = 64;
+pub const ACK_REQ_EVERY: u32 = 16;
 /// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
 pub const MAX_PKT: usize = 4096 + 64;
 

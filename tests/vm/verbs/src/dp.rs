@@ -205,6 +205,34 @@ impl Side {
     }
 }
 
+/// The RC requester's transport attributes set at RTS (`ibv_qp_attr.timeout`, `retry_cnt`,
+/// `rnr_retry`). Default (18, 7, 7).
+#[derive(Clone, Copy, Debug)]
+pub struct RcParams {
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+}
+
+impl Default for RcParams {
+    fn default() -> RcParams {
+        RcParams {
+            // 4.096 us * 2^18 = 1.07 s: under TCG with KASAN a packet costs about 1 ms end to
+            // end, so perftest's usual 14 (67 ms) would make windows time out and go back N.
+            timeout: 18,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+impl RcParams {
+    /// The local ACK timeout in microseconds: 4.096 us * 2^timeout (0: infinite, None).
+    pub fn ack_timeout_us(&self) -> Option<u64> {
+        (self.timeout != 0).then(|| (4096u64 << self.timeout.min(31)) / 1000)
+    }
+}
+
 /// Brings `qp` (type `t`) on `dev` through INIT and RTR to RTS, connected (RC/UC) to QP
 /// `remote_qpn` at `remote_gid`.
 #[allow(clippy::too_many_arguments)]
@@ -217,6 +245,22 @@ pub fn to_rts(
     rq_psn: u32,
     sq_psn: u32,
     qkey: u32,
+) -> Result<(), String> {
+    to_rts_with(dev, qp, t, remote_qpn, remote_gid, rq_psn, sq_psn, qkey, RcParams::default())
+}
+
+/// [`to_rts`] with explicit RC requester attributes.
+#[allow(clippy::too_many_arguments)]
+pub fn to_rts_with(
+    dev: &Dev,
+    qp: &Qp,
+    t: u32,
+    remote_qpn: u32,
+    remote_gid: [u8; 16],
+    rq_psn: u32,
+    sq_psn: u32,
+    qkey: u32,
+    rc: RcParams,
 ) -> Result<(), String> {
     let mut a = ibv_qp_attr {
         qp_state: IBV_QPS_INIT,
@@ -264,13 +308,9 @@ pub fn to_rts(
     a.sq_psn = sq_psn;
     mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
     if t == IBV_QPT_RC {
-        // 4.096 us * 2^18 = 1.07 s. Under TCG with KASAN a packet costs about 1 ms end to end,
-        // so the 64 packets between requested ACKs take longer than perftest's usual 14
-        // (67 ms): every window would time out and go back N (the retransmit timer is real
-        // since the new engine).
-        a.timeout = 18;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
+        a.timeout = rc.timeout;
+        a.retry_cnt = rc.retry_cnt;
+        a.rnr_retry = rc.rnr_retry;
         a.max_rd_atomic = init_rd_atom;
         mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
     }
@@ -289,10 +329,25 @@ pub fn connect(
     qkey: u32,
     rng: &mut Rng,
 ) -> Result<(), String> {
+    connect_with(da, a, db, b, t, qkey, rng, RcParams::default())
+}
+
+/// [`connect`] with explicit RC requester attributes (both QPs get the same).
+#[allow(clippy::too_many_arguments)]
+pub fn connect_with(
+    da: &Dev,
+    a: &Side,
+    db: &Dev,
+    b: &Side,
+    t: u32,
+    qkey: u32,
+    rng: &mut Rng,
+    rc: RcParams,
+) -> Result<(), String> {
     let pa = (0xff_ffff - rng.below(200)) as u32;
     let pb = (0xff_ffff - rng.below(200)) as u32;
-    to_rts(da, &a.qp, t, b.qp.qpn(), db.gid, pb, pa, qkey)?;
-    to_rts(db, &b.qp, t, a.qp.qpn(), da.gid, pa, pb, qkey)
+    to_rts_with(da, &a.qp, t, b.qp.qpn(), db.gid, pb, pa, qkey, rc)?;
+    to_rts_with(db, &b.qp, t, a.qp.qpn(), da.gid, pa, pb, qkey, rc)
 }
 
 pub fn post_send(qp: &Qp, wr: &mut ibv_send_wr) -> Result<(), String> {

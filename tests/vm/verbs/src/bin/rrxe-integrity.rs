@@ -5,7 +5,9 @@
 //! right after the post).
 //!
 //!   rrxe-integrity --dev rrxe0 [--dev2 rrxe1] [--types rc,uc,ud] [--ops N] [--ud-ops N]
-//!                  [--seed S] [--max-size BYTES]
+//!                  [--seed S] [--max-size BYTES] [--ops-mix write,read,send,atomic]
+//!                  [--timeout N] [--retry-cnt N] [--wc-timeout SECS] [--bytes N]
+//!                  [--atomic-counter N] [--bursts N]
 //!
 //! RC: SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
 //! ATOMIC_FETCH_AND_ADD; UC: the sends and writes; UD: the sends (payload <= MTU, the GRH in
@@ -13,6 +15,22 @@
 //! random SGE lists up to the QP's max_send_sge / max_recv_sge (max_sge_rd for reads), inline
 //! when the payload fits. The seed is printed; `--seed` replays a run. Prints PASS/FAIL lines
 //! and "N passed, N failed"; exits non-zero on failure.
+//!
+//! Options for the reliability suite (the defaults keep the behaviour above):
+//!   --ops-mix      the operation families drawn from: write (RDMA_WRITE[_WITH_IMM]), read,
+//!                  send (SEND[_WITH_IMM]), atomic (CMP_AND_SWP, FETCH_AND_ADD); default all
+//!   --max-size     largest message (default 1 MiB; up to 4 MiB and more: the MRs grow with it)
+//!   --timeout, --retry-cnt  the RC QPs' local ACK timeout (4.096 us * 2^N) and retry count
+//!                  (default 14 and 7)
+//!   --wc-timeout   seconds each completion may take (default 30; 120 for very lossy links)
+//!   --bytes N      keep drawing operations until N payload bytes moved (suffixes K, M, G);
+//!                  --ops still caps the count when given too
+//!   --atomic-counter N  RC only, after the random operations: N FETCH_AND_ADDs per direction
+//!                  on one counter, up to max_rd_atomic outstanding; each returned value must
+//!                  be the counter before that add (all distinct) and the final value the
+//!                  sum of the adds: an atomic executed twice or lost shows (exactly-once)
+//!   --bursts N     RC only: N bursts of up to 16 RDMA WRITEs and READs posted at once on
+//!                  disjoint buffers (several messages in flight), every byte verified
 
 #[path = "../dp.rs"]
 #[allow(dead_code)]
@@ -38,7 +56,6 @@ use verbs::Ah;
 const QKEY: u32 = 0x1111_1111;
 const GRH: usize = 40;
 const GUARD: usize = 32;
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Op {
@@ -82,9 +99,46 @@ struct Opts {
     dev2: Option<String>,
     types: Vec<String>,
     ops: u32,
+    ops_given: bool,
     ud_ops: u32,
     seed: u64,
     max_size: usize,
+    mix: Vec<Op>,
+    rc: dp::RcParams,
+    wc_timeout: Duration,
+    bytes: Option<u64>,
+    atomic_counter: u32,
+    bursts: u32,
+}
+
+fn parse_mix(v: &str) -> Result<Vec<Op>, String> {
+    let mut out = Vec::new();
+    for f in v.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        match f {
+            "write" => out.extend([Op::Write, Op::WriteImm]),
+            "read" => out.push(Op::Read),
+            "send" => out.extend([Op::Send, Op::SendImm]),
+            "atomic" => out.extend([Op::Cas, Op::Faa]),
+            _ => return Err(format!("--ops-mix: unknown family {f} (write, read, send, atomic)")),
+        }
+    }
+    if out.is_empty() {
+        return Err("--ops-mix: empty".into());
+    }
+    Ok(out)
+}
+
+fn parse_bytes(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&v[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&v[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>()
+        .map(|n| n * mul)
+        .map_err(|e| format!("--bytes {v}: {e}"))
 }
 
 fn parse() -> Result<Opts, String> {
@@ -96,6 +150,13 @@ fn parse() -> Result<Opts, String> {
         ud_ops: 100,
         seed: dp::clock_seed(),
         max_size: 1 << 20,
+        mix: RC_OPS.to_vec(),
+        ops_given: false,
+        rc: dp::RcParams::default(),
+        wc_timeout: Duration::from_secs(30),
+        bytes: None,
+        atomic_counter: 0,
+        bursts: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -108,7 +169,17 @@ fn parse() -> Result<Opts, String> {
                     .map(str::to_owned)
                     .collect()
             }
-            "--ops" => o.ops = dp::arg_val(&mut args, &a)?,
+            "--ops" => {
+                o.ops = dp::arg_val(&mut args, &a)?;
+                o.ops_given = true;
+            }
+            "--ops-mix" => o.mix = parse_mix(&dp::arg_val::<String>(&mut args, &a)?)?,
+            "--timeout" => o.rc.timeout = dp::arg_val(&mut args, &a)?,
+            "--retry-cnt" => o.rc.retry_cnt = dp::arg_val(&mut args, &a)?,
+            "--wc-timeout" => o.wc_timeout = Duration::from_secs(dp::arg_val(&mut args, &a)?),
+            "--bytes" => o.bytes = Some(parse_bytes(&dp::arg_val::<String>(&mut args, &a)?)?),
+            "--atomic-counter" => o.atomic_counter = dp::arg_val(&mut args, &a)?,
+            "--bursts" => o.bursts = dp::arg_val(&mut args, &a)?,
             "--ud-ops" => o.ud_ops = dp::arg_val(&mut args, &a)?,
             "--seed" => o.seed = dp::arg_val(&mut args, &a)?,
             "--max-size" => o.max_size = dp::arg_val(&mut args, &a)?,
@@ -118,6 +189,12 @@ fn parse() -> Result<Opts, String> {
             }
             _ => return Err(format!("unknown argument {a}")),
         }
+    }
+    if o.max_size < 64 {
+        return Err("--max-size must be at least 64".into());
+    }
+    if o.rc.retry_cnt > 7 || o.rc.timeout > 31 {
+        return Err("--retry-cnt is 0..7, --timeout 0..31".into());
     }
     Ok(o)
 }
@@ -211,8 +288,8 @@ fn sge_list(side: &Side, sges: &[(usize, usize)]) -> Vec<ibv_sge> {
     sges.iter().map(|&(o, l)| side.sge(o, l)).collect()
 }
 
-fn one_wc(side: &Side, who: &str) -> Result<ibv_wc, String> {
-    match dp::poll_n(&side.cq, 1, TIMEOUT) {
+fn one_wc(side: &Side, who: &str, timeout: Duration) -> Result<ibv_wc, String> {
+    match dp::poll_n(&side.cq, 1, timeout) {
         Ok(v) => Ok(v[0]),
         Err((_, e)) => Err(format!("{who}: {e}")),
     }
@@ -242,6 +319,8 @@ struct Pair<'a> {
     rd_sge: usize,
     inline: usize,
     mtu: usize,
+    wc_timeout: Duration,
+    mix: Vec<Op>,
 }
 
 impl Pair<'_> {
@@ -442,7 +521,7 @@ impl Pair<'_> {
         }
 
         // Completions.
-        let w = one_wc(s, "sender").map_err(|e| format!("{desc}: {e}"))?;
+        let w = one_wc(s, "sender", self.wc_timeout).map_err(|e| format!("{desc}: {e}"))?;
         let want_op = match op {
             Op::Send | Op::SendImm => IBV_WC_SEND,
             Op::Write | Op::WriteImm => IBV_WC_RDMA_WRITE,
@@ -459,7 +538,7 @@ impl Pair<'_> {
             errs.push(format!("sender byte_len {} (want {size})", w.byte_len));
         }
         if want_recv {
-            let w = one_wc(r, "receiver").map_err(|e| format!("{desc}: {e}"))?;
+            let w = one_wc(r, "receiver", self.wc_timeout).map_err(|e| format!("{desc}: {e}"))?;
             let want_op = if op == Op::WriteImm {
                 IBV_WC_RECV_RDMA_WITH_IMM
             } else {
@@ -544,12 +623,198 @@ impl Pair<'_> {
         };
         dp::post_send(&s.qp, &mut sw)?;
         for (side, who) in [(s, "sender"), (r, "receiver")] {
-            let w = one_wc(side, who)?;
+            let w = one_wc(side, who, self.wc_timeout)?;
             if w.status != IBV_WC_SUCCESS || w.wr_id != id || w.byte_len != 0 && who == "receiver" {
                 return Err(format!("{who} completion {}", dp::wc_str(&w)));
             }
         }
         Ok(())
+    }
+}
+
+impl Pair<'_> {
+    /// `n` bursts of up to 16 RDMA WRITEs and READs (those of the mix) posted as one list,
+    /// each on its own slot of the MRs, in a random direction per burst; completions must come
+    /// back in order, and every slot hold exactly what it should. Returns (WRs, bytes).
+    fn bursts(&self, n: u32, rng: &mut Rng) -> Result<(u64, u64), String> {
+        const K: usize = 16;
+        let ops: Vec<Op> = [Op::Write, Op::Read]
+            .into_iter()
+            .filter(|o| self.mix.contains(o))
+            .collect();
+        if ops.is_empty() {
+            return Ok((0, 0));
+        }
+        let half = self.half;
+        let slot = ((half - 64) / K) & !63;
+        let maxp = (slot - 2 * GUARD).min(65536).min(self.max_size);
+        let (mut wrs_done, mut bytes) = (0u64, 0u64);
+        for b in 0..u64::from(n) {
+            let fwd = rng.coin();
+            let (s, ds, r, dr) = if fwd {
+                (self.a, self.da, self.b, self.db)
+            } else {
+                (self.b, self.db, self.a, self.da)
+            };
+            let k = 1 + rng.below(K as u64) as usize;
+            let mut plan = Vec::with_capacity(k);
+            let mut sges = Vec::with_capacity(k);
+            for j in 0..k {
+                let op = ops[rng.below(ops.len() as u64) as usize];
+                let size = if rng.below(4) == 0 { maxp } else { rng.below(maxp as u64 + 1) as usize };
+                let lo = j * slot;
+                // (payload, side checked, slot start in that side, expected slot content)
+                let (payload, expect_side_is_r, tlo) = match op {
+                    Op::Write => {
+                        let m = s.mem(lo + GUARD, size);
+                        rng.fill(m);
+                        (m.to_vec(), true, half + lo)
+                    }
+                    _ => {
+                        let m = r.mem(lo + GUARD, size);
+                        rng.fill(m);
+                        (m.to_vec(), false, half + lo)
+                    }
+                };
+                let tside = if expect_side_is_r { r } else { s };
+                let mut expected = poison(tside, rng, tlo, tlo + slot);
+                expected[GUARD..GUARD + size].copy_from_slice(&payload);
+                sges.push(if op == Op::Write {
+                    s.sge(lo + GUARD, size)
+                } else {
+                    s.sge(half + lo + GUARD, size)
+                });
+                plan.push((op, size, expect_side_is_r, tlo, expected));
+                bytes += size as u64;
+            }
+            let mut wrs: Vec<ibv_send_wr> = (0..k)
+                .map(|j| {
+                    let (op, _, _, _, _) = &plan[j];
+                    let mut wr = ibv_send_wr {
+                        wr_id: b << 8 | j as u64,
+                        send_flags: IBV_SEND_SIGNALED,
+                        num_sge: 1,
+                        ..Default::default()
+                    };
+                    let lo = j * slot;
+                    if *op == Op::Write {
+                        wr.opcode = IBV_WR_RDMA_WRITE;
+                        wr.wr.rdma.remote_addr = r.addr() + (half + lo + GUARD) as u64;
+                    } else {
+                        wr.opcode = IBV_WR_RDMA_READ;
+                        wr.wr.rdma.remote_addr = r.addr() + (lo + GUARD) as u64;
+                    }
+                    wr.wr.rdma.rkey = r.rkey();
+                    wr
+                })
+                .collect();
+            for j in 0..k {
+                wrs[j].sg_list = &mut sges[j];
+                if j + 1 < k {
+                    let next: *mut ibv_send_wr = &mut wrs[j + 1];
+                    wrs[j].next = next;
+                }
+            }
+            let desc = format!(
+                "burst {b} {}->{}: {}",
+                ds.name,
+                dr.name,
+                plan.iter()
+                    .map(|(op, size, ..)| format!("{} {size}", if *op == Op::Write { "W" } else { "R" }))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            dp::post_send(&s.qp, &mut wrs[0]).map_err(|e| format!("{desc}: {e}"))?;
+            let wcs = dp::poll_n(&s.cq, k, self.wc_timeout)
+                .map_err(|(got, e)| format!("{desc}: sender: {e} (got {})",
+                    got.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")))?;
+            for (j, w) in wcs.iter().enumerate() {
+                let want = if plan[j].0 == Op::Write { IBV_WC_RDMA_WRITE } else { IBV_WC_RDMA_READ };
+                if w.status != IBV_WC_SUCCESS || w.wr_id != b << 8 | j as u64 || w.opcode != want {
+                    return Err(format!("{desc}: completion {j}: {}", dp::wc_str(w)));
+                }
+            }
+            for (j, (op, size, on_r, tlo, expected)) in plan.iter().enumerate() {
+                let side = if *on_r { r } else { s };
+                compare(side, *tlo, expected, &format!("WR {j} ({} {size} B) slot", op.name()))
+                    .map_err(|e| format!("{desc}: {e}"))?;
+            }
+            wrs_done += k as u64;
+        }
+        Ok((wrs_done, bytes))
+    }
+
+    /// `n` FETCH_AND_ADDs on one counter of the responder, up to 16 posted at a time: the
+    /// returned values must be the running sums (so all distinct) and the final value the
+    /// total; an atomic lost, executed twice or replayed with a fresh result shows.
+    fn atomic_counter(&self, n: u32, fwd: bool, rng: &mut Rng) -> Result<String, String> {
+        const K: u64 = 16;
+        let (s, ds, r, dr) = if fwd {
+            (self.a, self.da, self.b, self.db)
+        } else {
+            (self.b, self.db, self.a, self.da)
+        };
+        let half = self.half;
+        let off = half + 64;
+        let mut guard = poison(r, rng, off - 16, off + 24);
+        let v0 = rng.u64();
+        r.mem(off, 8).copy_from_slice(&v0.to_ne_bytes());
+        let slot = |j: u64| half + 4096 + 16 * (j % K) as usize;
+        let adds: Vec<u64> = (0..n).map(|_| rng.u64() | 1).collect();
+        let desc = format!("atomic counter {}->{} ({n} FETCH_AND_ADD, start {v0:#x})", ds.name, dr.name);
+        let post = |j: u64, rng: &mut Rng| -> Result<(), String> {
+            rng.fill(s.mem(slot(j), 8));
+            let mut sge = s.sge(slot(j), 8);
+            let mut wr = ibv_send_wr {
+                wr_id: j,
+                opcode: IBV_WR_ATOMIC_FETCH_AND_ADD,
+                send_flags: IBV_SEND_SIGNALED,
+                num_sge: 1,
+                sg_list: &mut sge,
+                ..Default::default()
+            };
+            wr.wr.atomic.remote_addr = r.addr() + off as u64;
+            wr.wr.atomic.rkey = r.rkey();
+            wr.wr.atomic.compare_add = adds[j as usize];
+            dp::post_send(&s.qp, &mut wr)
+        };
+        let n = u64::from(n);
+        let mut posted = 0u64;
+        while posted < n.min(K) {
+            post(posted, rng).map_err(|e| format!("{desc}: WR {posted}: {e}"))?;
+            posted += 1;
+        }
+        let mut expect = v0;
+        let mut seen = std::collections::HashSet::new();
+        for j in 0..n {
+            let w = one_wc(s, "requester", self.wc_timeout).map_err(|e| format!("{desc}: WR {j}: {e}"))?;
+            if w.status != IBV_WC_SUCCESS || w.wr_id != j || w.opcode != IBV_WC_FETCH_ADD || w.byte_len != 8 {
+                return Err(format!("{desc}: WR {j}: completion {}", dp::wc_str(&w)));
+            }
+            let mut b = [0u8; 8];
+            b.copy_from_slice(s.mem(slot(j), 8));
+            let got = u64::from_ne_bytes(b);
+            if !seen.insert(got) {
+                return Err(format!("{desc}: WR {j} returned {got:#x} again (an add executed twice?)"));
+            }
+            if got != expect {
+                return Err(format!(
+                    "{desc}: WR {j} returned {got:#x}, want {expect:#x} (the counter before it)"
+                ));
+            }
+            expect = expect.wrapping_add(adds[j as usize]);
+            if posted < n {
+                post(posted, rng).map_err(|e| format!("{desc}: WR {posted}: {e}"))?;
+                posted += 1;
+            }
+        }
+        guard[16..24].copy_from_slice(&expect.to_ne_bytes());
+        compare(r, off - 16, &guard, "counter (and 16 guard bytes each side)")
+            .map_err(|e| format!("{desc}: final: {e}"))?;
+        if let Some(w) = dp::drain(&s.cq, Duration::from_millis(50)).first() {
+            return Err(format!("{desc}: extra completion after the last: {}", dp::wc_str(w)));
+        }
+        Ok(format!("{desc}: {n} distinct running sums, final {expect:#x}: exactly once"))
     }
 }
 
@@ -593,7 +858,7 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
     let half = o.max_size + (1 << 16) + (8 << 10);
     let a = Side::new(da, t, cap, 64, 2 * half)?;
     let b = Side::new(db, t, cap, 64, 2 * half)?;
-    dp::connect(da, &a, db, &b, t, QKEY, &mut rng)?;
+    dp::connect_with(da, &a, db, &b, t, QKEY, &mut rng, o.rc)?;
     let ah = |d: &Dev, s: &Side, to: &Dev| {
         let mut at = ibv_ah_attr {
             is_global: 1,
@@ -626,23 +891,34 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         rd_sge: rd_sge as usize,
         inline,
         mtu: da.mtu().min(db.mtu()),
+        wc_timeout: o.wc_timeout,
+        mix: o.mix.clone(),
     };
     r.info(
         name,
         format!(
-            "seed {:#x} (--seed {:#x}) qpn {:#x} <-> {:#x} sge {max_sge} rd_sge {rd_sge} inline {inline} mtu {}",
+            "seed {:#x} (--seed {:#x}) qpn {:#x} <-> {:#x} sge {max_sge} rd_sge {rd_sge} inline {inline} mtu {}{}",
             seed,
             o.seed,
             a.qp.qpn(),
             b.qp.qpn(),
-            p.mtu
+            p.mtu,
+            if t == IBV_QPT_RC {
+                format!(" timeout {} retry_cnt {}", o.rc.timeout, o.rc.retry_cnt)
+            } else {
+                String::new()
+            }
         ),
     );
-    let menu: &[Op] = match t {
+    let all: &[Op] = match t {
         IBV_QPT_RC => &RC_OPS,
         IBV_QPT_UC => &UC_OPS,
         _ => &UD_OPS,
     };
+    let menu: Vec<Op> = all.iter().copied().filter(|op| o.mix.contains(op)).collect();
+    if menu.is_empty() && ops > 0 {
+        return Err(format!("--ops-mix leaves no operation a {} QP can do", tname(t)));
+    }
     let mut st = Stats {
         count: [0; 7],
         bytes: 0,
@@ -652,10 +928,32 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         big: 0,
     };
     let start = Instant::now();
-    for i in 0..u64::from(ops) {
+    // --bytes: draw until that much moved (capped by --ops only when given explicitly).
+    let limit = match (o.bytes, o.ops_given) {
+        (Some(_), false) => u64::MAX,
+        _ => u64::from(ops),
+    };
+    let mut i = 0u64;
+    while i < limit && !menu.is_empty() {
+        if o.bytes.is_some_and(|b| st.bytes >= b) {
+            break;
+        }
         let op = menu[rng.below(menu.len() as u64) as usize];
         let fwd = rng.coin();
         p.op(i, op, fwd, &mut rng, &mut st)?;
+        i += 1;
+    }
+    let ops = i;
+    if t == IBV_QPT_RC && o.bursts > 0 {
+        let (n, bytes) = p.bursts(o.bursts, &mut rng)?;
+        st.bytes += bytes;
+        r.info(name, format!("{} bursts: {n} WRs, {bytes} bytes, all verified", o.bursts));
+    }
+    if t == IBV_QPT_RC && o.atomic_counter > 0 {
+        for fwd in [true, false] {
+            let msg = p.atomic_counter(o.atomic_counter, fwd, &mut rng)?;
+            r.info(name, msg);
+        }
     }
     let left_a = dp::drain(&a.cq, Duration::from_millis(100));
     let left_b = dp::drain(&b.cq, Duration::ZERO);
@@ -672,6 +970,15 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         .filter(|(_, &c)| c > 0)
         .map(|(o, c)| format!("{} {c}", o.name()))
         .collect();
+    let secs = start.elapsed().as_secs_f64();
+    r.info(
+        name,
+        format!(
+            "moved {:.2} MiB in {secs:.1} s ({:.2} MiB/s)",
+            st.bytes as f64 / 1048576.0,
+            st.bytes as f64 / 1048576.0 / secs.max(1e-9)
+        ),
+    );
     r.info(
         name,
         format!(

@@ -1,0 +1,207 @@
+# Sourced by tests/vm/reliability.sh and tests/vm/soak.sh (after lib.sh), in a --bare guest
+# (scripts/vm-run: veth0 10.99.0.1/24 <-> veth1 10.99.0.2/24 in init_net, ib_uverbs loaded).
+#
+# Topologies (each function tears down what the other built):
+#   topo_a        rrxe<->rrxe: rrxe0 on veth0 in init_net, rrxe1 on veth1 in netns "peer"
+#   topo_b        interop: rxe0 (rdma_rxe) on veth0 in init_net, rrxe1 on veth1 in netns
+#                 "peer". rdma_rxe 6.12 binds UDP 4791 in init_net only (at module load), so
+#                 the rrxe side must live in another namespace, and no rrxe device in init_net
+#                 may hold the port when rdma_rxe loads.
+#   topo_b rxe    rxe<->rxe (harness validation): rxe0 on veth0 and rxe1 on veth1, both in
+#                 init_net with accept_local (as tests/vm/datapath.sh does for rxe)
+# They set DEV0/DEV1 (the devices), G0/G1 (their RoCE v2 IPv4 GID indexes), IP0/IP1, and the
+# command prefixes X0/X1 (arrays: `ip netns exec peer` for the side in "peer", else empty),
+# NS0/NS1 (tc/ip prefixes for the side's veth) and TOPO (A, B or Brxe).
+
+gid_index() {
+  local dev=$1 t i g
+  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
+    i=${t##*/}
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
+    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i" 2>/dev/null)
+    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
+  done
+  return 1
+}
+both_active() {
+  [ "$(port_state "$1")" = PORT_ACTIVE ] && [ "$(port_state "$2")" = PORT_ACTIVE ] &&
+    gid_index "$1" >/dev/null && gid_index "$2" >/dev/null
+}
+export -f gid_index both_active
+
+rel_log() { echo "reliability: $*"; }
+
+# Removes every RDMA link of a type ("rrxe" or "rxe"), in init_net and in "peer".
+del_links() {
+  local ty=$1 l t
+  for l in $(rdma link show 2>/dev/null | awk '{print $2}' | cut -d/ -f1 | sort -u); do
+    if is_rrxe "$l"; then t=rrxe; else t=rxe; fi
+    [ "$t" = "$ty" ] || continue
+    rdma link delete "$l" 2>/dev/null || ip netns exec peer rdma link delete "$l" 2>/dev/null
+  done
+}
+is_rrxe() { [ -e "/sys/class/infiniband/$1/rrxe_uabi" ]; }
+
+veth1_to_peer() {
+  ip netns list 2>/dev/null | grep -qw peer || { ip netns add peer; ip -n peer link set lo up; }
+  if ip link show veth1 >/dev/null 2>&1; then
+    ip link set veth1 netns peer
+    ip -n peer addr add 10.99.0.2/24 dev veth1
+  fi
+  ip -n peer link set veth1 up
+  ip link set veth0 up
+}
+
+veth1_to_init() {
+  if ip -n peer link show veth1 >/dev/null 2>&1; then
+    ip -n peer link set veth1 netns 1
+    ip addr add 10.99.0.2/24 dev veth1
+  fi
+  ip link set veth1 up
+  ip link set veth0 up
+}
+
+topo_wait() {
+  if ! wait_for 30 both_active "$DEV0" "$DEV1"; then
+    fail "setup.$TOPO.ports_active" "$DEV0 $(port_state "$DEV0") / $DEV1 $(port_state "$DEV1"); $(rdma link show 2>&1 | tr '\n' ' ')"
+    return 1
+  fi
+  G0=$(gid_index "$DEV0"); G1=$(gid_index "$DEV1")
+  pass "setup.$TOPO.ports_active"
+  rel_log "topology $TOPO: $DEV0 GID[$G0] $IP0 ${X0[*]:-(init_net)} <-> $DEV1 GID[$G1] $IP1 ${X1[*]:-(init_net)}, mtu $(active_mtu "$DEV0")"
+}
+
+topo_a() {
+  TOPO=A
+  del_links rxe
+  grep -q '^rdma_rxe ' /proc/modules && rmmod rdma_rxe
+  modprobe rrxe || { fail "setup.A.modprobe_rrxe"; return 1; }
+  veth1_to_peer
+  [ -e /sys/class/infiniband/rrxe0 ] || rdma link add rrxe0 type rrxe netdev veth0 || { fail "setup.A.rrxe0"; return 1; }
+  [ -e /sys/class/infiniband/rrxe1 ] || ip netns exec peer rdma link add rrxe1 type rrxe netdev veth1 \
+    || { fail "setup.A.rrxe1"; return 1; }
+  DEV0=rrxe0; DEV1=rrxe1; IP0=10.99.0.1; IP1=10.99.0.2
+  X0=(); X1=(ip netns exec peer); NS0=(); NS1=(ip netns exec peer)
+  topo_wait
+}
+
+# topo_b [rxe]: the interop topology, or with "rxe" rdma_rxe on both ends.
+topo_b() {
+  local peer=${1:-rrxe}
+  modprobe crc32_generic 2>/dev/null
+  # rdma_rxe must find UDP 4791 free in init_net: no rrxe device there (and none of its
+  # sockets); if rrxe still holds it, reload rrxe.
+  [ -e /sys/class/infiniband/rrxe0 ] && rdma link delete rrxe0
+  if ! grep -q '^rdma_rxe ' /proc/modules && ! modprobe rdma_rxe 2>/dev/null; then
+    rel_log "rdma_rxe did not load with rrxe loaded: reloading rrxe"
+    del_links rrxe; rmmod rrxe 2>/dev/null
+    modprobe rdma_rxe || { fail "setup.B.modprobe_rdma_rxe" "$(dmesg | tail -3)"; return 1; }
+  fi
+  if [ "$peer" = rxe ]; then
+    TOPO=Brxe
+    del_links rrxe
+    veth1_to_init
+    for k in all default veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.accept_local=1"; done
+    for k in all veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.rp_filter=0"; done
+    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev veth0 || { fail "setup.$TOPO.rxe0"; return 1; }
+    [ -e /sys/class/infiniband/rxe1 ] || rdma link add rxe1 type rxe netdev veth1 || { fail "setup.$TOPO.rxe1"; return 1; }
+    DEV0=rxe0; DEV1=rxe1; X1=(); NS1=()
+  else
+    TOPO=B
+    modprobe rrxe || { fail "setup.B.modprobe_rrxe"; return 1; }
+    veth1_to_peer
+    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev veth0 || { fail "setup.B.rxe0"; return 1; }
+    [ -e /sys/class/infiniband/rrxe1 ] || ip netns exec peer rdma link add rrxe1 type rrxe netdev veth1 \
+      || { fail "setup.B.rrxe1"; return 1; }
+    DEV0=rxe0; DEV1=rrxe1; X1=(ip netns exec peer); NS1=(ip netns exec peer)
+  fi
+  IP0=10.99.0.1; IP1=10.99.0.2; X0=(); NS0=()
+  topo_wait
+}
+
+# --- netem on both veth ends (each in its namespace)
+netem_on() {  # netem_on SPEC...
+  "${NS0[@]}" tc qdisc replace dev veth0 root netem "$@" &&
+    "${NS1[@]}" tc qdisc replace dev veth1 root netem "$@"
+}
+netem_off() {
+  "${NS0[@]}" tc qdisc del dev veth0 root 2>/dev/null
+  "${NS1[@]}" tc qdisc del dev veth1 root 2>/dev/null
+  return 0
+}
+# netem_stats: "sent P pkts, dropped D" summed over both ends (netem counts its losses as drops)
+netem_stats() {
+  { "${NS0[@]}" tc -s qdisc show dev veth0; "${NS1[@]}" tc -s qdisc show dev veth1; } 2>/dev/null |
+    awk '/Sent/ {for (i = 1; i <= NF; i++) { if ($i == "pkt") p += $(i-1); if ($i == "(dropped") { d += $(i+1) } } }
+         END { printf "netem sent %d pkts, dropped %d\n", p, d }'
+}
+
+# --- rrxe hw counters (rdma statistic show link DEV/1): "name value" lines
+counters() {  # counters DEV
+  rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' |
+    awk -v d="$1/1" 'on && name == "" { name = $1; next }
+                     on { if ($1 ~ /^[0-9]+$/) print name, $1; name = ""; next }
+                     $1 == d { on = 1 }'
+}
+# ctr FILE NAME...: the first of the NAMEs present in a `counters` dump (empty: none is)
+ctr() {
+  local f=$1; shift; local n
+  for n in "$@"; do awk -v n="$n" '$1 == n { print $2; found = 1; exit } END { exit !found }' "$f" && return 0; done
+  return 1
+}
+# Names looked up (the first present wins).
+RETRANS_NAMES="retransmits retransmitted_pkts retrans_pkts"
+ICRC_NAMES="icrc_errors rcvd_icrc_err icrc_err bad_icrc"
+snap() {  # snap TAG: counters of both devices into /tmp/ctr.TAG.DEV, UDP errors into /tmp/udp.TAG
+  local d
+  for d in "$DEV0" "$DEV1"; do counters "$d" > "/tmp/ctr.$1.$d"; done
+  udp_snap "$1"
+}
+# delta NAMES TAG0 TAG1: sum over the topology's rrxe devices of NAME(after) - NAME(before);
+# prints nothing and fails when no rrxe device has any of the NAMES
+delta() {
+  local names=$1 a=$2 b=$3 d sum=0 found=0 x y
+  for d in "$DEV0" "$DEV1"; do
+    is_rrxe "$d" || continue
+    # shellcheck disable=SC2086
+    x=$(ctr "/tmp/ctr.$a.$d" $names) || continue
+    # shellcheck disable=SC2086
+    y=$(ctr "/tmp/ctr.$b.$d" $names) || continue
+    found=1; sum=$((sum + y - x))
+  done
+  [ $found = 1 ] && echo "$sum"
+}
+# show_deltas TAG0 TAG1: every counter that moved, per device (and the UDP receive errors of
+# both namespaces: a datagram the socket dropped is a loss the transport must recover too)
+show_deltas() {
+  local d
+  for d in "$DEV0" "$DEV1"; do
+    [ -s "/tmp/ctr.$2.$d" ] || { echo "    $d: no hw counters (rdma statistic show link $d/1 is empty)"; continue; }
+    sort "/tmp/ctr.$1.$d" > /tmp/ctr.s1; sort "/tmp/ctr.$2.$d" > /tmp/ctr.s2
+    echo "    $d: $(join /tmp/ctr.s1 /tmp/ctr.s2 | awk '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
+  done
+  paste "/tmp/udp.$1" "/tmp/udp.$2" 2>/dev/null |
+    awk '$1 == "backlog" { printf "    input backlog drops (softnet_stat): +%d\n", $5 - $2; next }
+         { printf "    udp %s: InErrors +%d RcvbufErrors +%d\n", $1, $5 - $2, $6 - $3 }'
+}
+# udp_snap TAG: UDP InErrors and RcvbufErrors of init_net and of "peer" (/proc/net/snmp)
+udp_snap() {
+  local ns
+  for ns in init peer; do
+    if [ $ns = init ]; then cat /proc/net/snmp; else ip netns exec peer cat /proc/net/snmp 2>/dev/null; fi |
+      awk -v ns=$ns '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) c[$i] = i; h = 1 } else print ns, $c["InErrors"], $c["RcvbufErrors"] }'
+  done > "/tmp/udp.$1"
+  # per-CPU input queue (netdev_max_backlog) drops, all namespaces: column 2, hex
+  local a b r d=0
+  while read -r a b r; do d=$((d + 16#$b)); done < /proc/net/softnet_stat
+  echo "backlog $d 0" >> "/tmp/udp.$1"
+}
+
+# The netem settings of the suite and the soak: NAME|SPEC
+SETTINGS=(
+  "loss1|loss 1%"
+  "loss10|loss 10%"
+  "reorder|delay 1ms reorder 25% 50%"
+  "dup5|duplicate 5%"
+  "corrupt2|corrupt 2%"
+)

@@ -1,0 +1,277 @@
+#!/bin/bash
+# RC reliability (retransmit timer, go-back-N, READ re-read, duplicate-request replay, implied
+# NAK) and interop with rdma_rxe, in a --bare guest. Every step is bounded by a timeout (a hang
+# fails its check, never the suite); each prints PASS/FAIL lines, the last line is the summary.
+#
+#   A  rrxe0 (veth0, init_net) <-> rrxe1 (veth1, netns "peer")            [tests/vm/rel-lib.sh]
+#      lossless   rrxe-integrity RC/UC/UD, up to 4 MiB, WRITE/READ bursts, atomic counter
+#      faults     netem on both veth ends: loss 1%, loss 10%, delay 1ms reorder 25% 50%,
+#                 duplicate 5%, corrupt 2%; under each rrxe-integrity RC only (WRITE, READ,
+#                 SEND, atomics; every byte checked, every WR completes once, atomics exactly
+#                 once) and the rrxe hw counters before/after: retransmits > 0 under loss,
+#                 an ICRC error counter > 0 under corruption (looked up by name: a missing
+#                 counter fails)
+#      ucloss     UC through 10% loss: messages arrive intact or not at all; the QP keeps
+#                 working (rrxe-ucloss)
+#      linkdown   link flapped for 300 ms under RC WRITEs: everything completes; a 300 ms
+#                 blackhole (netem loss 100%, ports up): everything completes (only the
+#                 retransmit timer can do it); link pulled: IBV_WC_RETRY_EXC_ERR within 4 x 4.096 us x 2^timeout x
+#                 (retry_cnt + 1) (+ slack), the rest flushed (rrxe-linkdown); link back up:
+#                 a fresh ibv_rc_pingpong works
+#   B  rxe0 (rdma_rxe, veth0, init_net) <-> rrxe1 (veth1, netns "peer")
+#      interop    ibv_{rc,uc,ud,srq}_pingpong at 64 B and 16 KiB (UD: the MTU), perftest
+#                 ib_{write,read,send,atomic}_bw and ib_write_lat, in both directions (server on
+#                 rrxe, client on rxe, then swapped); rrxe-integrity RC/UC/UD across the drivers
+#      faults, ucloss, linkdown: as in A (the counters checked are rrxe1's; the requester of
+#                 the link-down test is rrxe1)
+#
+#   scripts/vm-run --bare --timeout 1800 -- $PWD/tests/vm/reliability.sh
+#   RRXE_VM_TESTS=reliability tests/vm/run-all
+#
+# Environment:
+#   RRXE_REL_ONLY      subset of: A.lossless A.faults A.ucloss A.linkdown B.interop B.faults
+#                      B.ucloss B.linkdown (default all)
+#   RRXE_REL_SETTINGS  subset of the netem settings: loss1 loss10 reorder dup5 corrupt2
+#   RRXE_REL_B         rrxe (default) or rxe: B with rdma_rxe on both ends (rxe0 on veth0, rxe1
+#                      on veth1, both in init_net; A is skipped) to validate the harness itself;
+#                      the rrxe counter checks are then skipped
+#   RRXE_REL_ITERS     pingpong/perftest iterations (50)
+#   RRXE_REL_SEED      integrity/ucloss seed (default: from the clock, printed)
+#   RRXE_REL_STEP_TIMEOUT  seconds per step (120); RRXE_REL_WC_TIMEOUT seconds per completion
+#                      under faults (30)
+#   RRXE_REL_XFAIL     check names whose FAIL is a known rdma_rxe 6.12 bug: printed as XFAIL,
+#                      not counted. Default: the UC checks with rxe as the receiver (below).
+#
+# rdma_rxe 6.12 bug (UC receiver never recovers from a lost packet): when the LAST packet of a
+# multi-packet UC RDMA WRITE is lost, the next message's FIRST packet reaches check_op_seq()
+# with qp->resp.opcode still *_RDMA_WRITE_MIDDLE -> RESPST_ERR_MISSING_OPCODE_LAST_D1E ->
+# do_class_d1e_error(), which resets resp.opcode to -1 only when a receive WQE is attached
+# (none is for a WRITE) and drops the packet; so every later message is dropped and the QP
+# never delivers again (rxe_resp.c). rrxe-ucloss shows it as ucloss.some_delivered and
+# ucloss.still_works failing whenever rxe receives.
+#
+# rdma_rxe 6.12 bug (link down): with the link pulled under RC WRITEs, an rxe requester never
+# completes its WRs (no IBV_WC_RETRY_EXC_ERR within 30 s: its retransmissions stall behind
+# the skbs it still counts in flight), then ibv_destroy_qp WARNs in __rxe_cleanup ("cleanup
+# failed, err = -110") and frees the QP anyway: KASAN reports a use-after-free in
+# rxe_skb_tx_dtor when the queued skbs are finally freed (seen with RRXE_REL_B=rxe).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/rel-lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${RRXE_REL_BIN:-$root/target/release}
+T=${RRXE_REL_STEP_TIMEOUT:-120}
+WCT=${RRXE_REL_WC_TIMEOUT:-30}
+ITERS=${RRXE_REL_ITERS:-50}
+BPEER=${RRXE_REL_B:-rrxe}
+only=" ${RRXE_REL_ONLY:-A.lossless A.faults A.ucloss A.linkdown B.interop B.faults B.ucloss B.linkdown} "
+settings=" ${RRXE_REL_SETTINGS:-loss1 loss10 reorder dup5 corrupt2} "
+part() { [[ $only == *" $1 "* ]]; }
+uc_rxe_bug() { local d; for d in "$@"; do echo "$d.ucloss.some_delivered $d.ucloss.still_works"; done; }
+xfail=" ${RRXE_REL_XFAIL-$(uc_rxe_bug B.ucloss.rrxe1_to_rxe0 Brxe.ucloss.rxe0_to_rxe1 Brxe.ucloss.rxe1_to_rxe0) Brxe.linkdown.linkdown.error_completion} "
+seed=(); [ -n "${RRXE_REL_SEED:-}" ] && seed=(--seed "$RRXE_REL_SEED")
+t0=$(date +%s)
+elapsed() { rel_log "$1 done at +$(( $(date +%s) - t0 )) s"; }
+modprobe crc32_generic 2>/dev/null
+
+# sub PREFIX CMD...: a program printing PASS/FAIL/INFO lines itself, bounded by $T; its check
+# names get "PREFIX." in front; a crash, hang or silent exit is a FAIL of PREFIX.
+sub() {
+  local pre=$1; shift; local out rc p f
+  out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
+  out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' | sed -E "s/^(PASS|FAIL|INFO|SKIP) /\1 $pre./")
+  local x
+  for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known rdma_rxe 6.12 bug):/"); done
+  echo "$out"
+  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+  PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  if [ $rc = 124 ] || [ $rc = 137 ]; then fail "$pre" "hang: killed after ${T} s"
+  elif [ $rc != 0 ] && [ "$f" = 0 ] && ! grep -q '^XFAIL ' <<<"$out"; then fail "$pre" "exit $rc: $(echo "$out" | tail -3)"
+  elif [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$pre" "no check ran"; fi
+}
+
+listening() { "$@" ss -ltn | grep -q ":$PORT "; }
+PORT=18700
+# xpair NAME PATTERN SRV GFLAG TOOL ARGS...: TOOL ARGS -d DEV -GFLAG GID -p PORT on device SRV
+# (0 or 1) as the server and on the other device as the client (connecting to SRV's address);
+# both must exit 0 within $T and the client's output match PATTERN (the server's too, for
+# pingpong, GFLAG -g).
+xpair() {
+  local n=$1 pat=$2 s=$3 gf=$4; shift 4
+  local sdev sg sip cdev cg sx=() cx=()
+  if [ "$s" = 0 ]; then sdev=$DEV0 sg=$G0 sip=$IP0 cdev=$DEV1 cg=$G1 sx=("${X0[@]}") cx=("${X1[@]}")
+  else sdev=$DEV1 sg=$G1 sip=$IP1 cdev=$DEV0 cg=$G0 sx=("${X1[@]}") cx=("${X0[@]}"); fi
+  PORT=$((PORT + 1))
+  timeout -k 5 "$T" "${sx[@]}" "$@" -d "$sdev" "$gf" "$sg" -p "$PORT" > "/tmp/$n.server" 2>&1 &
+  local sp=$!
+  if ! wait_for 30 listening "${sx[@]}"; then
+    kill "$sp" 2>/dev/null; wait "$sp"
+    fail "$n" "server never listened: $(tail -5 "/tmp/$n.server")"; return
+  fi
+  timeout -k 5 "$T" "${cx[@]}" "$@" -d "$cdev" "$gf" "$cg" -p "$PORT" "$sip" > "/tmp/$n.client" 2>&1
+  local crc=$?
+  [ $crc != 0 ] && kill "$sp" 2>/dev/null
+  wait "$sp"; local src=$?
+  local why=""
+  [ $crc = 0 ] || why="client exit $crc"
+  [ $src = 0 ] || why="$why server exit $src"
+  grep -qE "$pat" "/tmp/$n.client" || why="$why client output without /$pat/"
+  [ "$gf" = -g ] && ! grep -qE "$pat" "/tmp/$n.server" && why="$why server output without /$pat/"
+  if [ -z "$why" ]; then
+    pass "$n"; grep -E "$pat" "/tmp/$n.client" | head -1 | sed 's/^/    /'
+  else
+    fail "$n" "$why"
+    { echo "--- server (${sx[*]} $* -d $sdev)"; grep -v -- '-----' "/tmp/$n.server" | tail -12
+      echo "--- client (${cx[*]} $* -d $cdev $sip)"; grep -v -- '-----' "/tmp/$n.client" | tail -12; } | sed 's/^/    /'
+  fi
+}
+
+# both_dirs NAME PATTERN GFLAG TOOL ARGS...: xpair with the server on DEV1, then on DEV0;
+# names get .srv_DEVn. (Running the two at once is slower under TCG, measured.)
+both_dirs() {
+  local n=$1 pat=$2; shift 2
+  xpair "$n.srv_$DEV1" "$pat" 1 "$@"
+  xpair "$n.srv_$DEV0" "$pat" 0 "$@"
+}
+
+# The device that speaks rrxe (requester of the link-down test); the other one.
+rrxe_side() { if is_rrxe "$DEV0" || ! is_rrxe "$DEV1"; then echo 0; else echo 1; fi; }
+
+lossless() {
+  snap before
+  sub "$TOPO.lossless" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
+    --ops 40 --ud-ops 40 --max-size $((4 << 20)) --bursts 4 --atomic-counter 64 "${seed[@]}"
+  snap after; show_deltas before after
+}
+
+# faults: every netem setting in turn, RC only, counters around it.
+faults() {
+  local ent name spec max ops out r i
+  for ent in "${SETTINGS[@]}"; do
+    name=${ent%%|*}; spec=${ent#*|}
+    [[ $settings == *" $name "* ]] || continue
+    case $name in
+      loss10) max=65536 ops=30 ;;
+      reorder|corrupt2) max=$((512 << 10)) ops=30 ;;
+      *) max=$((2 << 20)) ops=30 ;;
+    esac
+    local pre="$TOPO.$name"
+    # shellcheck disable=SC2086
+    if ! netem_on $spec; then fail "$pre.netem" "tc qdisc ... netem $spec failed"; continue; fi
+    rel_log "$pre: netem $spec on veth0 and veth1, RC up to $max B"
+    snap before
+    sub "$pre" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc --ops "$ops" \
+      --max-size "$max" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${seed[@]}"
+    snap after
+    echo "    $(netem_stats)"
+    netem_off
+    show_deltas before after
+    if ! is_rrxe "$DEV0" && ! is_rrxe "$DEV1"; then
+      echo "SKIP $pre.counters: no rrxe device in topology $TOPO"
+    else
+      case $name in
+        loss*)
+          if r=$(delta "$RETRANS_NAMES" before after); then
+            [ "$r" -gt 0 ] && pass "$pre.retransmits" || fail "$pre.retransmits" "retransmit counter +$r under $spec"
+          else fail "$pre.retransmits" "no hw counter named any of: $RETRANS_NAMES"; fi ;;
+        corrupt*)
+          if r=$(delta "$ICRC_NAMES" before after); then
+            [ "$r" -gt 0 ] && pass "$pre.icrc_errors" || fail "$pre.icrc_errors" "ICRC error counter +$r under $spec"
+          else fail "$pre.icrc_errors" "no hw counter named any of: $ICRC_NAMES"; fi ;;
+      esac
+    fi
+  done
+}
+
+ucloss() {
+  if ! netem_on loss 10%; then fail "$TOPO.ucloss.netem" "tc failed"; return; fi
+  sub "$TOPO.ucloss.${DEV0}_to_$DEV1" "$bin/rrxe-ucloss" --dev "$DEV0" --dev2 "$DEV1" --msgs 160 --expect-loss "${seed[@]}"
+  [ "$TOPO" != A ] &&
+    sub "$TOPO.ucloss.${DEV1}_to_$DEV0" "$bin/rrxe-ucloss" --dev "$DEV1" --dev2 "$DEV0" --msgs 160 --expect-loss "${seed[@]}"
+  echo "    $(netem_stats)"
+  netem_off
+}
+
+linkdown() {
+  local s; s=$(rrxe_side)
+  local req=$DEV0 resp=$DEV1; [ "$s" = 1 ] && { req=$DEV1; resp=$DEV0; }
+  local down="${NS1[*]} ip link set veth1 down" up="${NS1[*]} ip link set veth1 up"
+  sub "$TOPO.linkflap" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 16 --retry-cnt 7 \
+    --down-cmd "$down" --up-cmd "$up" --down-ms 300 --deadline 30 "${seed[@]}"
+  "${NS1[@]}" ip link set veth1 up
+  wait_for 30 both_active "$DEV0" "$DEV1"
+  # The same outage with the ports staying up: every packet vanishes for 300 ms (netem loss
+  # 100% on both ends), so only the retransmit timer can bring the WRs home.
+  local bh_on="${NS0[*]} tc qdisc replace dev veth0 root netem loss 100%; ${NS1[*]} tc qdisc replace dev veth1 root netem loss 100%"
+  local bh_off="${NS0[*]} tc qdisc del dev veth0 root; ${NS1[*]} tc qdisc del dev veth1 root"
+  sub "$TOPO.blackhole" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 16 --retry-cnt 7 \
+    --down-cmd "$bh_on" --up-cmd "$bh_off" --down-ms 300 --deadline 30 --name blackhole "${seed[@]}"
+  netem_off
+  sub "$TOPO.linkdown" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 14 --retry-cnt 7 \
+    --down-cmd "$down" --deadline 30 "${seed[@]}"
+  "${NS1[@]}" ip link set veth1 up
+  if wait_for 30 both_active "$DEV0" "$DEV1"; then
+    pass "$TOPO.linkdown.ports_active_again"
+    G0=$(gid_index "$DEV0"); G1=$(gid_index "$DEV1")
+    xpair "$TOPO.linkdown.rc_pingpong_after" "iters in" 1 -g ibv_rc_pingpong -n "$ITERS"
+  else
+    fail "$TOPO.linkdown.ports_active_again" "$DEV0 $(port_state "$DEV0") / $DEV1 $(port_state "$DEV1")"
+  fi
+}
+
+interop() {
+  local tool sz
+  {
+    for tool in rc uc ud srq; do
+      for sz in 64 16384; do
+        local args=(-n "$ITERS" -s "$sz") nm=$sz
+        if [ $tool = ud ] && [ $sz -gt 64 ]; then nm=$(active_mtu_bytes); args=(-n "$ITERS" -s "$nm"); fi
+        [ $tool = srq ] && args+=(-q 4)
+        both_dirs "$TOPO.interop.pingpong.$tool.$nm" "iters in" -g ibv_${tool}_pingpong "${args[@]}"
+      done
+    done
+    local row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)'
+    # perftest sets its QP's max_rd_atomic to the PEER's outstanding-reads value (by default
+    # the peer device's maximum: 128 on rdma_rxe), which a device with a lower
+    # max_qp_init_rd_atom (rrxe: 16) must refuse (EINVAL at RTS): both sides get -o with the
+    # smaller of the two devices' limits.
+    local outs; outs=$(min_rd_atom)
+    for tool in write_bw read_bw send_bw atomic_bw write_lat; do
+      local extra=()
+      case $tool in write_bw|send_bw) extra=(-s 16384) ;; read_bw) extra=(-s 16384 -o "$outs") ;; atomic_bw) extra=(-o "$outs") ;; esac
+      both_dirs "$TOPO.interop.perftest.$tool" "$row" -x ib_$tool -n "$ITERS" -F "${extra[@]}"
+    done
+  }
+  sub "$TOPO.interop" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
+    --ops 100 --ud-ops 40 --bursts 3 --atomic-counter 32 "${seed[@]}"
+}
+min_rd_atom() {
+  local a b
+  a=$(ibv_devinfo -v -d "$DEV0" | awk '/max_qp_init_rd_atom:/ { print $2; exit }')
+  b=$(ibv_devinfo -v -d "$DEV1" | awk '/max_qp_init_rd_atom:/ { print $2; exit }')
+  a=${a:-16}; b=${b:-16}
+  echo $(( a < b ? a : b ))
+}
+active_mtu_bytes() {
+  case $(active_mtu "$DEV0") in 256) echo 256 ;; 512) echo 512 ;; 2048) echo 2048 ;; 4096) echo 4096 ;; *) echo 1024 ;; esac
+}
+
+# --- A
+if [ "$BPEER" != rxe ] && { part A.lossless || part A.faults || part A.ucloss || part A.linkdown; }; then
+  if topo_a; then
+    part A.lossless && { lossless; elapsed A.lossless; }
+    part A.faults && { faults; elapsed A.faults; }
+    part A.ucloss && { ucloss; elapsed A.ucloss; }
+    part A.linkdown && { linkdown; elapsed A.linkdown; }
+  fi
+fi
+# --- B
+if part B.interop || part B.faults || part B.ucloss || part B.linkdown; then
+  if topo_b "$BPEER"; then
+    part B.interop && { interop; elapsed B.interop; }
+    part B.faults && { faults; elapsed B.faults; }
+    part B.ucloss && { ucloss; elapsed B.ucloss; }
+    part B.linkdown && { linkdown; elapsed B.linkdown; }
+  fi
+fi
+netem_off
+summary

@@ -1,0 +1,58 @@
+#!/bin/bash
+# Soak of the RC transport under faults (`make soak`; not part of `make test`), in a --bare
+# guest: for topology A (rrxe0 <-> rrxe1 in netns "peer") and B (rxe0 <-> rrxe1, interop) and
+# for each netem setting (none, loss 1%, loss 10%, reorder, duplicate 5%, corrupt 2%; on both
+# veth ends), rrxe-integrity RC moves at least RRXE_SOAK_MIB MiB (every byte verified, every WR
+# completing once) and one line per setting reports MiB moved, seconds, the rrxe retransmit and
+# ICRC counters and netem's drops:
+#   SOAK <topo> <setting>: <MiB> MiB in <s> s (<MiB/s>), retransmits +N, icrc_errors +N, netem ...
+#
+# Environment: RRXE_SOAK_MIB (100), RRXE_SOAK_TOPOS ("A B"), RRXE_SOAK_SETTINGS (none and the
+# names in rel-lib.sh), RRXE_SOAK_MAX_SIZE (largest message, 4194304; 1 MiB under loss10),
+# RRXE_SOAK_STEP_TIMEOUT (seconds per setting, 3600), RRXE_SOAK_SEED.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/rel-lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$root/target/release
+mib=${RRXE_SOAK_MIB:-100}
+topos=${RRXE_SOAK_TOPOS:-A B}
+want=" ${RRXE_SOAK_SETTINGS:-none loss1 loss10 reorder dup5 corrupt2} "
+ST=${RRXE_SOAK_STEP_TIMEOUT:-3600}
+seed=(); [ -n "${RRXE_SOAK_SEED:-}" ] && seed=(--seed "$RRXE_SOAK_SEED")
+modprobe crc32_generic 2>/dev/null
+report=()
+for topo in $topos; do
+  case $topo in
+    A) topo_a || continue ;;
+    B) topo_b || continue ;;
+    Brxe) topo_b rxe || continue ;;
+    *) fail "soak.$topo" "unknown topology"; continue ;;
+  esac
+  for ent in "none|" "${SETTINGS[@]}"; do
+    name=${ent%%|*}; spec=${ent#*|}
+    [[ $want == *" $name "* ]] || continue
+    max=${RRXE_SOAK_MAX_SIZE:-$([ "$name" = loss10 ] && echo $((1 << 20)) || echo $((4 << 20)))}
+    # shellcheck disable=SC2086
+    if [ -n "$spec" ] && ! netem_on $spec; then fail "soak.$TOPO.$name" "netem $spec"; continue; fi
+    snap before
+    s0=$(date +%s.%N)
+    out=$(timeout -k 5 "$ST" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc \
+      --bytes "${mib}M" --max-size "$max" --wc-timeout 120 "${seed[@]}" 2>&1); rc=$?
+    s1=$(date +%s.%N)
+    snap after
+    ns=$(netem_stats); netem_off
+    echo "$out" | grep -E '^(INFO|FAIL)' | sed 's/^/    /'
+    moved=$(echo "$out" | sed -nE 's/.*moved ([0-9.]+) MiB in ([0-9.]+) s.*/\1/p' | head -1)
+    secs=$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.1f", b - a }')
+    rt=$(delta "$RETRANS_NAMES" before after || echo "n/a")
+    ic=$(delta "$ICRC_NAMES" before after || echo "n/a")
+    res=PASS; [ $rc = 0 ] || res="FAIL (exit $rc$([ $rc = 124 ] && echo ": timed out after $ST s"))"
+    line="SOAK $TOPO ${name}: ${moved:-?} MiB in $secs s ($(awk -v m="${moved:-0}" -v s="$secs" 'BEGIN { printf "%.2f", m / (s > 0 ? s : 1) }') MiB/s), retransmits +$rt, icrc_errors +$ic, ${ns#netem }: $res"
+    echo "$line"; report+=("$line")
+    show_deltas before after
+    if [ $rc = 0 ]; then pass "soak.$TOPO.$name"; else fail "soak.$TOPO.$name" "$(echo "$out" | grep '^FAIL' | head -2)"; fi
+  done
+done
+echo "=== soak summary"
+printf '%s\n' "${report[@]}"
+summary
