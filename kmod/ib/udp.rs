@@ -73,6 +73,8 @@ pub(crate) struct RxMeta {
     pub(crate) udp_sport: u16,
     /// The ingress netdev (`skb->dev`), as [`NetDev::key`] gives it.
     pub(crate) netdev: usize,
+    /// The ICRC did not match: the receiver only counts the packet (per device) and drops it.
+    pub(crate) bad_icrc: bool,
 }
 
 /// Addressing of one transmitted datagram.
@@ -913,14 +915,18 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         c.ok().is_some_and(|c| Some(c) == crate::logic::icrc::stored_icrc(udp))
     };
     if !icrc_ok {
-        return drop_with(&COUNTERS.rx_drop_icrc);
+        // Dropped here; the device still learns of it (its `rx_icrc_errors` counter).
+        inc(&COUNTERS.rx_drop_icrc);
+        meta.bad_icrc = true;
     }
     // SAFETY: the payload is the `len - UDP_HLEN` linear bytes after the UDP header, valid and
     // unchanged until the skb is freed below.
     let pkt = unsafe { core::slice::from_raw_parts(data.add(UDP_HLEN), len - UDP_HLEN) };
     // SAFETY: the entry is alive (see above) and immutable apart from its atomic refcount.
     let rx = unsafe { (*entry).rx };
-    inc(&COUNTERS.rx_packets);
+    if icrc_ok {
+        inc(&COUNTERS.rx_packets);
+    }
     rx(&meta, pkt);
     // SAFETY: we own `skb`; `pkt` is not used any more.
     unsafe { b::rrxe_consume_skb(skb) };

@@ -1222,6 +1222,10 @@ impl Env for Ctx<'_, '_> {
 /// Receive entry point for packets from the wire (softirq).
 pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
     let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
+    if meta.bad_icrc {
+        fabric.stats.add(Stat::RxIcrcErrors, 1);
+        return;
+    }
     let grh = tp::make_grh(meta.sgid, meta.dgid, meta.tclass, meta.hop_limit, meta.flow_label, pkt.len());
     let info = RxInfo { grh, src: meta.sgid, dst: meta.dgid };
     let mut out = Outbox::new(&fabric, RX_BULK, None);

@@ -151,7 +151,7 @@ ctr() {
 }
 # Names looked up (the first present wins).
 RETRANS_NAMES="retransmits retransmitted_pkts retrans_pkts"
-ICRC_NAMES="icrc_errors rcvd_icrc_err icrc_err bad_icrc"
+ICRC_NAMES="rx_icrc_errors icrc_errors rcvd_icrc_err icrc_err bad_icrc"
 snap() {  # snap TAG: counters of both devices into /tmp/ctr.TAG.DEV, UDP errors into /tmp/udp.TAG
   local d
   for d in "$DEV0" "$DEV1"; do counters "$d" > "/tmp/ctr.$1.$d"; done

@@ -195,7 +195,9 @@ linkdown() {
   local s; s=$(rrxe_side)
   local req=$DEV0 resp=$DEV1; [ "$s" = 1 ] && { req=$DEV1; resp=$DEV0; }
   local down="${NS1[*]} ip link set veth1 down" up="${NS1[*]} ip link set veth1 up"
-  sub "$TOPO.linkflap" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 16 --retry-cnt 7 \
+  # timeout 18 (1.07 s; 8.6 s of retries): the `ip`/`tc` commands that make and end an outage
+  # take seconds themselves under TCG with KASAN, so the outage lasts far longer than 300 ms.
+  sub "$TOPO.linkflap" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 18 --retry-cnt 7 \
     --down-cmd "$down" --up-cmd "$up" --down-ms 300 --deadline 30 "${seed[@]}"
   "${NS1[@]}" ip link set veth1 up
   wait_for 30 both_active "$DEV0" "$DEV1"
@@ -203,7 +205,7 @@ linkdown() {
   # 100% on both ends), so only the retransmit timer can bring the WRs home.
   local bh_on="${NS0[*]} tc qdisc replace dev veth0 root netem loss 100%; ${NS1[*]} tc qdisc replace dev veth1 root netem loss 100%"
   local bh_off="${NS0[*]} tc qdisc del dev veth0 root; ${NS1[*]} tc qdisc del dev veth1 root"
-  sub "$TOPO.blackhole" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 16 --retry-cnt 7 \
+  sub "$TOPO.blackhole" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 18 --retry-cnt 7 \
     --down-cmd "$bh_on" --up-cmd "$bh_off" --down-ms 300 --deadline 30 --name blackhole "${seed[@]}"
   netem_off
   sub "$TOPO.linkdown" "$bin/rrxe-linkdown" --dev "$req" --dev2 "$resp" --timeout 14 --retry-cnt 7 \

@@ -823,3 +823,28 @@ fn broken_receive_ring_ends_in_err_without_spinning() {
     p.b.flush_if_err(&mut p.sb);
     assert!(p.sb.rq_takes <= 5);
 }
+
+#[test]
+fn outage_shorter_than_the_retries_recovers() {
+    // A window of WRITEs in flight, then everything is lost for three timeouts, then the
+    // path heals: the requester must recover (progress restores the retries).
+    for mtu in [256u32, 1024] {
+        let mut p = Pair::with(QpType::Rc, mtu, |c| c.retry_cnt = 4);
+        for i in 0..8u64 {
+            let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
+            w.remote_addr = 0x1020_0000 + i * 0x1_0000;
+            w.rkey = 0x100;
+            p.post_send(w, &[Sge { addr: 0x1000_0000, length: 0x1_0000, lkey: 0x100 }], &[]);
+        }
+        let carried = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let c2 = carried.clone();
+        p.drop_if = Some(Box::new(move |_, _| {
+            c2.set(c2.get() + 1);
+            (100..100 + 3 * 600).contains(&c2.get())
+        }));
+        p.run();
+        assert_eq!(p.sa.send_cq.len(), 8, "mtu {mtu}: {:?}", statuses(&p.sa));
+        assert!(p.sa.send_cq.iter().all(|c| c.status == 0), "mtu {mtu}: {:?}", statuses(&p.sa));
+        assert!(p.timeouts >= 1);
+    }
+}
