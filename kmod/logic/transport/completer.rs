@@ -83,6 +83,7 @@ where
         self.req.retry_left = self.cfg.retry_cnt;
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.retrying = false;
+        self.req.backoff = 0;
         self.update_timer(env, true);
     }
 

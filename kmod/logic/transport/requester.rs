@@ -37,6 +37,10 @@ pub(super) struct Requester {
     pub(super) retrying: bool,
     /// The retransmit timer was armed and not stopped since.
     pub(super) timer_armed: bool,
+    /// Timeouts in a row without progress, as the timer's backoff (0..=2: the timer waits 1, 2,
+    /// then 4 times the `timeout` value, inside IBTA's "between 1 and 4 times" (C9-140)). A
+    /// slow peer replaying a window of READs gets the time to reach the one we wait for.
+    pub(super) backoff: u8,
 }
 
 impl Requester {
@@ -52,6 +56,7 @@ impl Requester {
             retry_left: cfg.retry_cnt,
             retrying: false,
             timer_armed: false,
+            backoff: 0,
         }
     }
 
@@ -294,7 +299,7 @@ where
         match (outstanding, self.cfg.retry_timeout_usecs()) {
             (true, Some(us)) => {
                 if progress || !self.req.timer_armed {
-                    env.set_retry_timer(Some(us));
+                    env.set_retry_timer(Some(us << self.req.backoff.min(2)));
                     self.req.timer_armed = true;
                 }
             }
@@ -318,6 +323,7 @@ where
         }
         self.stat(env, Stat::Timeouts, 1);
         self.req.retrying = false;
+        self.req.backoff = (self.req.backoff + 1).min(2);
         if self.spend_retry(env) {
             let p = self.req.acked;
             self.rewind(p);

@@ -491,6 +491,32 @@ fn retries_exhausted_fail_with_retry_exc_err() {
 }
 
 #[test]
+fn timer_backs_off_to_four_times_and_resets_on_progress() {
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = 7);
+    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    p.sa.out.clear();
+    let base = 67_108u64;
+    let mut seen = vec![p.sa.retry_timer.unwrap()];
+    for _ in 0..3 {
+        p.a.retry_timer_expired(&mut p.sa);
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+        seen.push(p.sa.retry_timer.unwrap());
+    }
+    assert_eq!(seen, vec![base, 2 * base, 4 * base, 4 * base]);
+    // The retransmission gets through: progress stops the timer; the next WR starts at 1x.
+    for i in 1..=3 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000, 100, 0x200));
+    }
+    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0), (2, 0)]);
+    p.post_send(signaled(wr_opcode::SEND, 3, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    assert_eq!(p.sa.retry_timer, Some(base));
+}
+
+#[test]
 fn timeout_zero_never_retransmits() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 0);
     p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
