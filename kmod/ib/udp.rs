@@ -75,6 +75,9 @@ pub(crate) struct RxMeta {
     pub(crate) netdev: usize,
     /// The ICRC did not match: the receiver only counts the packet (per device) and drops it.
     pub(crate) bad_icrc: bool,
+    /// Too short, too long or an IP header we refuse: counted per device, then dropped
+    /// (everything else in this record is unset then, and the packet is empty).
+    pub(crate) bad_header: bool,
 }
 
 /// Addressing of one transmitted datagram.
@@ -872,14 +875,22 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     if entry.is_null() {
         return drop_with(&COUNTERS.rx_drop_closing);
     }
+    // A datagram the device must count as a bad header before it is dropped.
+    let drop_counted = |c: &AtomicU64| {
+        // SAFETY: `skb` is live and ours; `dev` is its ingress device; the entry is alive (see
+        // above) and immutable apart from its atomic refcount.
+        let (dev, rx) = unsafe { ((*skb).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev, (*entry).rx) };
+        rx(&RxMeta { netdev: dev as usize, bad_header: true, ..RxMeta::default() }, &[]);
+        drop_with(c)
+    };
     // Length first: a datagram of the wrong size is dropped without linearising (copying) it.
     // SAFETY: `skb` is a live skb we own; `len` is its total data length, linear or not.
     let len = unsafe { (*skb).len } as usize;
     if len < UDP_HLEN + MIN_PAYLOAD {
-        return drop_with(&COUNTERS.rx_drop_short);
+        return drop_counted(&COUNTERS.rx_drop_short);
     }
     if len > UDP_HLEN + MAX_PAYLOAD {
-        return drop_with(&COUNTERS.rx_drop_long);
+        return drop_counted(&COUNTERS.rx_drop_long);
     }
     // SAFETY: we own `skb`; linearising is allowed in softirq context (it allocates atomically).
     if unsafe { b::rrxe_skb_linearize(skb) } != 0 {
@@ -898,7 +909,7 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     // SAFETY: `nh` points to the IPv4/IPv6 header the IP layer validated, `data` to the UDP
     // header (at least `UDP_HLEN` bytes, checked above).
     let Some(mut meta) = (unsafe { parse_headers(nh, data) }) else {
-        return drop_with(&COUNTERS.rx_drop_bad_ip);
+        return drop_counted(&COUNTERS.rx_drop_bad_ip);
     };
     meta.netdev = dev as usize;
     // SAFETY: `nh` is the network header the IP layer validated: for IPv4 exactly 20 bytes

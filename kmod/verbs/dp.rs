@@ -1222,6 +1222,10 @@ impl Env for Ctx<'_, '_> {
 /// Receive entry point for packets from the wire (softirq).
 pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
     let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
+    if meta.bad_header {
+        fabric.stats.add(Stat::RxBadHeaders, 1);
+        return;
+    }
     if meta.bad_icrc {
         fabric.stats.add(Stat::RxIcrcErrors, 1);
         return;
