@@ -38,16 +38,19 @@ impl Drop for Devices {
 }
 
 /// Module state. Fields drop in order: no new links, then no devices, then no notifier, then
-/// no receive table.
+/// no receive table, then no namespace-exit hook (the devices closed their sockets).
 struct RrxeModule {
     _links: LinkRegistration<Links>,
     _devices: Devices,
     _notifier: Pin<KBox<NetdevNotifier<Arc<Registry<Rrxe>>>>>,
     _rxtable: ib::rxtable::RxTable,
+    _netns_exit: Pin<KBox<ib::udp::NetnsExit>>,
 }
 
 impl kernel::Module for RrxeModule {
     fn init(module: &'static ThisModule) -> Result<Self> {
+        // First: sockets may be opened as soon as a device exists.
+        let netns_exit = KBox::pin_init(ib::udp::NetnsExit::new(), GFP_KERNEL)?;
         let rxtable = ib::rxtable::RxTable::new()?;
         let registry = Registry::<Rrxe>::new(module)?;
         let notifier = KBox::pin_init(NetdevNotifier::new(registry.clone()), GFP_KERNEL)?;
@@ -58,6 +61,7 @@ impl kernel::Module for RrxeModule {
             _devices: Devices(registry),
             _notifier: notifier,
             _rxtable: rxtable,
+            _netns_exit: netns_exit,
         })
     }
 }

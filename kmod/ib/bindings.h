@@ -11,6 +11,7 @@
 #include <net/route.h>
 #include <net/ipv6_stubs.h>
 #include <net/ip6_route.h>
+#include <net/ip6_checksum.h>
 #include <net/udp_tunnel.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_mad.h>

@@ -14,7 +14,7 @@
 use super::bindings as b;
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef};
-use crate::logic::qp_attr::ModifyRequest;
+use crate::logic::{qp_attr::ModifyRequest, stats};
 use super::udata::Udata;
 use core::{
     mem::{size_of, MaybeUninit},
@@ -74,6 +74,8 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn alloc_ucontext(dev: &Device<Self>, udata: &Udata) -> Result<Self::Context>;
     /// The bound netdev changed state (up/down, carrier, MTU). Called under RTNL.
     fn link_changed(dev: &Device<Self>);
+    /// The port's hardware counters (`rdma statistic`), in `logic::stats` index order.
+    fn hw_stats(dev: &Device<Self>) -> [u64; stats::COUNT];
 
     /// Protection domain data.
     type Pd: Send + Sync;
@@ -118,15 +120,17 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn query_qp(dev: &Device<Self>, qp: &Self::Qp) -> Result<QpSnapshot>;
     /// `destroy_qp` (any state): runs before the data is dropped.
     fn destroy_qp(dev: &Device<Self>, qp: &Self::Qp);
-    /// `reg_user_mr`.
+    /// `reg_user_mr`. Publishing the MR (making it reachable by key) must be its last fallible
+    /// step: once it returns `Ok`, nothing fails any more.
     fn reg_user_mr(dev: &Device<Self>, pd: &Self::Pd, args: &MrArgs, udata: Option<&Udata>)
         -> Result<(Self::Mr, MrKeys)>;
     /// `dereg_mr`: runs before the data is dropped.
     fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr);
     /// `create_ah` (user and kernel callers).
     fn create_ah(dev: &Device<Self>, pd: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah>;
-    /// `destroy_ah`: runs before the data is dropped.
-    fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah);
+    /// `destroy_ah`: runs before the data is dropped. It must not sleep unless `sleepable`
+    /// (`RDMA_DESTROY_AH_SLEEPABLE`; kernel callers may destroy AHs in atomic context).
+    fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah, sleepable: bool);
     /// `create_srq`: may lower `attr` to what is granted.
     fn create_srq(dev: &Device<Self>, pd: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, srq: SrqRef)
         -> Result<Self::Srq>;
@@ -310,6 +314,8 @@ impl<T: IbDriver> Device<T> {
         ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
         ops.mmap = Some(Self::mmap_callback);
         ops.mmap_free = Some(super::ring::mmap_free);
+        ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_callback);
+        ops.get_hw_stats = Some(Self::get_hw_stats_callback);
         super::objects::fill_ops::<T>(&mut ops);
         ops
     }
@@ -435,6 +441,66 @@ impl<T: IbDriver> Device<T> {
     }
 }
 
+/// The counter descriptors `rdma statistic` shows, built from [`stats::NAMES`].
+struct StatDescs([b::rdma_stat_desc; stats::COUNT]);
+
+// SAFETY: immutable after compilation; the name pointers are `'static` string literals.
+unsafe impl Sync for StatDescs {}
+
+static STAT_DESCS: StatDescs = StatDescs({
+    let mut d = [b::rdma_stat_desc { name: ptr::null(), flags: 0, priv_: ptr::null() }; stats::COUNT];
+    let mut i = 0;
+    while i < stats::COUNT {
+        // Each name carries its NUL (checked by the host tests of `logic::stats`).
+        d[i].name = stats::NAMES[i].as_ptr().cast();
+        i += 1;
+    }
+    d
+});
+
+impl<T: IbDriver> Device<T> {
+    /// # Safety
+    ///
+    /// Called by ib_core for a live device, once per port, in process context.
+    unsafe extern "C" fn alloc_hw_port_stats_callback(_ibdev: *mut b::ib_device, _port: u32) -> *mut b::rdma_hw_stats {
+        // SAFETY: the descriptors are static and immutable, as ib_core requires (it keeps the
+        // pointer in the returned struct, which it frees itself).
+        unsafe {
+            b::rdma_alloc_hw_stats_struct(
+                STAT_DESCS.0.as_ptr(),
+                stats::COUNT as i32,
+                b::RDMA_HW_STATS_DEFAULT_LIFESPAN as usize,
+            )
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core for a live device with a `stats` struct from
+    /// `alloc_hw_port_stats_callback` (its lock held), for port `port` (0 for device stats,
+    /// which we do not provide).
+    unsafe extern "C" fn get_hw_stats_callback(
+        ibdev: *mut b::ib_device,
+        hw: *mut b::rdma_hw_stats,
+        port: u32,
+        _index: i32,
+    ) -> i32 {
+        if port == 0 || hw.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: ib_core passes a live device of ours.
+        let values = T::hw_stats(unsafe { Self::from_raw(ibdev) });
+        // SAFETY: `hw` is a live struct with `num_counters` values after it; we write at most
+        // that many.
+        unsafe {
+            let n = usize::try_from((*hw).num_counters).unwrap_or(0).min(stats::COUNT);
+            let out = (*hw).value.as_mut_slice(n);
+            out.copy_from_slice(&values[..n]);
+            n as i32
+        }
+    }
+}
+
 /// A user context: `ib_ucontext` (allocated by uverbs, `size_ib_ucontext` bytes) with the
 /// driver's context after it.
 #[repr(C)]
@@ -491,10 +557,17 @@ impl<T: IbDriver> Registry<T> {
             e.registered = true;
             // The netdev may have started unregistering while we registered; its notifier
             // skipped us then, so catch up now.
-            if !netdev.is_registered() {
-                // SAFETY: by the type invariant `dev` is alive (its entry is present, lock held)
-                // and it is registered.
-                unsafe { b::ib_unregister_device_queued(dev as *mut b::ib_device) };
+            let raw = dev as *mut b::ib_device;
+            // `ib_unregister_device_queued` warns on a device whose unregistration has begun;
+            // such a device needs no catching up.
+            // SAFETY: by the type invariant `dev` is alive (its entry is present, lock held).
+            if !netdev.is_registered() && unsafe { b::rrxe_ib_device_try_get(raw) } {
+                // SAFETY: alive as above, and registered: we hold its registration lock, which
+                // the second call releases.
+                unsafe {
+                    b::ib_unregister_device_queued(raw);
+                    b::ib_device_put(raw);
+                }
             }
         }
     }
@@ -537,14 +610,24 @@ impl<T: IbDriver> NetdevHandler for Arc<Registry<T>> {
                 continue;
             }
             let raw = dev as *mut b::ib_device;
+            // Only a device that is still registered (as rxe does with `ib_device_get_by_netdev`):
+            // one whose unregistration has begun (`rdma link delete`, an earlier UNREGISTER, module
+            // exit) gets no port events and is not queued for unregistration a second time. The
+            // registration lock (`ib_device_try_get`) also keeps it registered while we act.
+            // SAFETY: by the type invariant the device is alive while the lock is held.
+            if !unsafe { b::rrxe_ib_device_try_get(raw) } {
+                continue;
+            }
             match event {
                 // SAFETY: by the type invariant the device is alive while the lock is held, and
-                // `registered` says ib_core knows it. ib_core unregisters (and deallocates) it
-                // from its own workqueue, since RTNL is held here.
+                // we hold its registration lock. ib_core unregisters (and deallocates) it from its
+                // own workqueue, since RTNL is held here.
                 NetdevEvent::Unregister => unsafe { b::ib_unregister_device_queued(raw) },
-                // SAFETY: as above; the device is live and fully initialised.
+                // SAFETY: as above; the device is live, registered and fully initialised.
                 NetdevEvent::LinkChange => T::link_changed(unsafe { Device::<T>::from_raw(raw) }),
             }
+            // SAFETY: releases the registration lock taken above.
+            unsafe { b::ib_device_put(raw) };
         }
     }
 }

@@ -3,7 +3,12 @@
 #include <linux/if_vlan.h>
 #include <linux/bottom_half.h>
 #include <linux/jiffies.h>
+#include <net/net_namespace.h>
 #include <net/route.h>
+#include <net/udp_tunnel.h>
+#include <linux/gfp.h>
+#include <linux/vmalloc.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_cache.h>
 #include <rdma/uverbs_ioctl.h>
 #include "helpers.h"
@@ -105,6 +110,75 @@ unsigned long rrxe_usecs_to_jiffies(unsigned int us)
 unsigned long rrxe_jiffies(void)
 {
 	return READ_ONCE(jiffies);
+}
+
+int rrxe_sysfs_emit_uint(char *buf, unsigned int v)
+{
+	return sysfs_emit(buf, "%u\n", v);
+}
+
+struct ib_umem *rrxe_ib_umem_get(struct ib_device *device, unsigned long addr, size_t size,
+				 int access)
+{
+	return ib_umem_get(device, addr, size, access);
+}
+
+void rrxe_ib_umem_release(struct ib_umem *umem)
+{
+	ib_umem_release(umem);
+}
+
+/* alloc_page() is a macro, and alloc_pages_noprof() a static inline without CONFIG_NUMA. */
+struct page *rrxe_alloc_page(gfp_t gfp)
+{
+	return alloc_page(gfp);
+}
+
+void rrxe_free_page(struct page *page)
+{
+	__free_page(page);
+}
+
+/*
+ * vmap() for memory user space maps with remap_vmalloc_range() (VM_USERMAP); vfree() then
+ * drops the pages and frees the array (VM_MAP_PUT_PAGES).  PAGE_KERNEL is not a constant
+ * bindgen can see.
+ */
+void *rrxe_vmap_user(struct page **pages, unsigned int count)
+{
+	return vmap(pages, count, VM_USERMAP | VM_MAP_PUT_PAGES, PAGE_KERNEL);
+}
+
+void rrxe_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+void rrxe_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
+bool rrxe_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
+bool rrxe_check_net(const struct net *net)
+{
+	return check_net(net);
+}
+
+/* A static inline (-EPFNOSUPPORT) without CONFIG_IPV6. */
+int rrxe_udp_sock_create6(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp)
+{
+	return udp_sock_create6(net, cfg, sockp);
+}
+
+/* consume_skb() is a static inline without CONFIG_TRACEPOINTS. */
+void rrxe_consume_skb(struct sk_buff *skb)
+{
+	consume_skb(skb);
 }
 
 /* Called from the UDP receive path, which holds the RCU read lock. */

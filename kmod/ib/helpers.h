@@ -39,7 +39,30 @@ void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *
 unsigned long rrxe_usecs_to_jiffies(unsigned int us);
 unsigned long rrxe_jiffies(void);
 
+/* sysfs.rs (sysfs_emit is a static inline without CONFIG_SYSFS) */
+int rrxe_sysfs_emit_uint(char *buf, unsigned int v);
+
+/* umem.rs (static inlines without CONFIG_INFINIBAND_USER_MEM) */
+struct ib_umem *rrxe_ib_umem_get(struct ib_device *device, unsigned long addr, size_t size,
+				 int access);
+void rrxe_ib_umem_release(struct ib_umem *umem);
+
+/* ring.rs */
+struct page *rrxe_alloc_page(gfp_t gfp);
+void rrxe_free_page(struct page *page);
+void *rrxe_vmap_user(struct page **pages, unsigned int count);
+
+/* mod.rs */
+void rrxe_rcu_read_lock(void);
+void rrxe_rcu_read_unlock(void);
+
+/* device.rs */
+bool rrxe_ib_device_try_get(struct ib_device *dev);
+
 /* udp.rs */
+bool rrxe_check_net(const struct net *net);
+int rrxe_udp_sock_create6(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp);
+void rrxe_consume_skb(struct sk_buff *skb);
 void *rrxe_sk_user_data(const struct sock *sk);
 int rrxe_skb_linearize(struct sk_buff *skb);
 unsigned char *rrxe_skb_network_header(const struct sk_buff *skb);

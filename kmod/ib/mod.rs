@@ -35,3 +35,17 @@ pub(crate) fn eopnotsupp() -> Error {
 pub(crate) fn eproto() -> Error {
     Error::from_errno(-(bindings::EPROTO as i32))
 }
+
+/// A fresh random 32-bit value (`get_random_u32`); any context.
+pub(crate) fn random_u32() -> u32 {
+    // SAFETY: `get_random_u32` has no preconditions and may be called in any context.
+    unsafe { bindings::get_random_u32() }
+}
+
+/// Whether a message may be printed now (the kernel's shared printk rate limit, as
+/// `printk_ratelimit()`): for messages that user space can trigger at will.
+pub(crate) fn printk_ratelimit() -> bool {
+    // SAFETY: `__printk_ratelimit` takes a NUL-terminated name (used in its "callbacks
+    // suppressed" message) and may be called in any context.
+    unsafe { bindings::__printk_ratelimit(c"rrxe".as_ptr().cast()) != 0 }
+}

@@ -77,9 +77,11 @@ impl NetDev {
 
     /// Whether the device is fully registered (not yet being unregistered).
     pub(crate) fn is_registered(&self) -> bool {
-        // SAFETY: by the type invariant the device is alive; `reg_state` is a plain enum field the
-        // core writes under RTNL.
-        unsafe { u32::from((*self.as_raw()).reg_state) == b::netdev_reg_state_NETREG_REGISTERED }
+        // SAFETY: by the type invariant the device is alive; `reg_state` is an aligned one-byte
+        // field the core writes under RTNL (which the caller may not hold), so it is read once,
+        // volatile, the READ_ONCE counterpart.
+        let state = unsafe { ptr::read_volatile(ptr::addr_of!((*self.as_raw()).reg_state)) };
+        u32::from(state) == b::netdev_reg_state_NETREG_REGISTERED
     }
 
     /// Link-layer type facts used to decide whether RoCE can run here.

@@ -643,12 +643,16 @@ unsafe extern "C" fn reg_user_mr<T: IbDriver>(
         // SAFETY: per the contract above.
         let (d, pdd, udata) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd), Udata::from_raw(udata)) };
         let args = MrArgs { start, length, iova: virt_addr, access: access as u32 };
+        // Allocated before the driver registers the MR, which makes it reachable by key: nothing
+        // may fail after that (a failure would leave a pinned, reachable MR behind).
+        let obj = KBox::new(MrObj::<T> { ib: Opaque::uninit(), data: MaybeUninit::uninit() }, GFP_KERNEL_ACCOUNT)?;
         let (data, keys) = T::reg_user_mr(d, pdd, &args, udata.as_ref())?;
-        let obj = KBox::new(MrObj::<T> { ib: Opaque::uninit(), data: MaybeUninit::new(data) }, GFP_KERNEL)?;
         let raw = KBox::into_raw(obj);
-        // SAFETY: `raw` is a fresh allocation; a zeroed `ib_mr` is its initial state, and
-        // ib_core fills `device`, `pd`, `type` and `uobject` after we return.
+        // SAFETY: `raw` is a fresh allocation whose data is uninitialised (written once here); a
+        // zeroed `ib_mr` is its initial state, and ib_core fills `device`, `pd`, `type` and
+        // `uobject` after we return.
         unsafe {
+            (*raw).data.write(data);
             let mr = (*raw).ib.get();
             ptr::write_bytes(mr, 0, 1);
             (*mr).lkey = keys.lkey;
@@ -704,10 +708,11 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
 /// # Safety
 ///
 /// ib_core passes an AH that `create_ah` created and nothing uses any more.
-unsafe extern "C" fn destroy_ah<T: IbDriver>(ah: *mut b::ib_ah, _flags: u32) -> i32 {
+unsafe extern "C" fn destroy_ah<T: IbDriver>(ah: *mut b::ib_ah, flags: u32) -> i32 {
+    let sleepable = flags & b::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE != 0;
     // SAFETY: per the contract above.
     unsafe {
-        T::destroy_ah(dev::<T>((*ah).device), AhObj::<T>::data(ah));
+        T::destroy_ah(dev::<T>((*ah).device), AhObj::<T>::data(ah), sleepable);
         AhObj::<T>::drop_data(ah);
     }
     0

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Queue memory shared with user space: `vmalloc_user` pages published through an
-//! `rdma_user_mmap_entry`, so the provider maps them with `mmap(cmd_fd, key)`.
+//! Queue memory shared with user space: zeroed pages, charged to the caller's memory cgroup
+//! (`GFP_KERNEL_ACCOUNT`, as `vmalloc_user` is not), mapped into one virtually contiguous
+//! `VM_USERMAP` area and published through an `rdma_user_mmap_entry`, so the provider maps them
+//! with `mmap(cmd_fd, key)`. (6.12 has no exported accounted `vmalloc_user`; net/xdp uses the
+//! unexported `__vmalloc_node_range` for the same purpose.)
 //!
 //! Life cycle: [`SharedRing::new`] allocates and inserts the entry; dropping the ring (when its
 //! CQ/QP is destroyed) removes the entry, so no new mapping can be made; ib_core calls
-//! `ops.mmap_free` once the last mapping is gone, and only then is the memory freed. A process
-//! that keeps a mapping after destroying the object therefore keeps valid (if useless) pages.
+//! `ops.mmap_free` when the entry's last reference is dropped, and the area is freed there.
+//! ib_core does not track mappings made with `remap_vmalloc_range` (only `rdma_user_mmap_io`
+//! ones), so that can happen while a process still has the ring mapped: the mapping then keeps
+//! the pages themselves alive (`vm_insert_page` took a reference on each), and they are freed
+//! with the last mapping. A process that keeps a mapping after destroying the object therefore
+//! keeps valid (if useless) pages.
 //!
 //! The memory is writable by user space at any time: the kernel reads indices with acquire
 //! loads and copies slots out with volatile reads before using them.
@@ -30,8 +37,8 @@ struct Mapping {
 ///
 /// # Invariants
 ///
-/// `map` points to a live `Mapping` whose entry is inserted in a ucontext and whose `mem` is a
-/// `vmalloc_user` block of `bytes` bytes; the entry is removed exactly once, in `drop`.
+/// `map` points to a live `Mapping` whose entry is inserted in a ucontext and whose `mem` is an
+/// [`alloc_user_mappable`] area of `bytes` bytes; the entry is removed exactly once, in `drop`.
 pub(crate) struct SharedRing {
     map: NonNull<Mapping>,
     key: u64,
@@ -42,6 +49,43 @@ unsafe impl Send for SharedRing {}
 // SAFETY: shared access only reads/writes the ring through atomics and volatile copies.
 unsafe impl Sync for SharedRing {}
 
+/// `pages` zeroed pages charged to the current memory cgroup, mapped contiguously in a
+/// `VM_USERMAP` area (so `remap_vmalloc_range` accepts it). `vfree` frees the area, the page
+/// array and the pages (`VM_MAP_PUT_PAGES`). Process context.
+fn alloc_user_mappable(pages: usize) -> Result<*mut u8> {
+    let count = u32::try_from(pages).map_err(|_| ENOMEM)?;
+    // `vfree` frees the array with `kvfree`: a `KVVec` buffer is `kvmalloc` memory.
+    let mut array = KVVec::<*mut b::page>::with_capacity(pages, GFP_KERNEL_ACCOUNT)?;
+    let free_all = |array: &KVVec<*mut b::page>| {
+        for &p in array.iter() {
+            // SAFETY: each page came from `rrxe_alloc_page` and is referenced nowhere else.
+            unsafe { b::rrxe_free_page(p) };
+        }
+    };
+    for _ in 0..pages {
+        // SAFETY: allocating a page has no preconditions; NULL means failure.
+        let p = unsafe { b::rrxe_alloc_page(b::GFP_KERNEL_ACCOUNT | b::__GFP_ZERO) };
+        if p.is_null() || array.push(p, GFP_KERNEL_ACCOUNT).is_err() {
+            if !p.is_null() {
+                // SAFETY: just allocated, referenced nowhere else.
+                unsafe { b::rrxe_free_page(p) };
+            }
+            free_all(&array);
+            return Err(ENOMEM);
+        }
+    }
+    // SAFETY: `array` holds `count` pages we own; on success `vmap` takes over the pages and the
+    // array (`VM_MAP_PUT_PAGES`), on failure it takes nothing.
+    let mem = unsafe { b::rrxe_vmap_user(array.as_mut_ptr(), count) }.cast::<u8>();
+    if mem.is_null() {
+        free_all(&array);
+        return Err(ENOMEM);
+    }
+    // The area owns the array now: `vfree` releases it.
+    core::mem::forget(array);
+    Ok(mem)
+}
+
 impl SharedRing {
     /// Allocates `bytes` (a multiple of the page size) of zeroed memory and makes it mappable
     /// by the context that issued `udata`.
@@ -50,15 +94,11 @@ impl SharedRing {
         if bytes == 0 || bytes % kernel::page::PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        // SAFETY: any size may be requested; NULL means failure.
-        let mem = unsafe { b::vmalloc_user_noprof(bytes as _) }.cast::<u8>();
-        if mem.is_null() {
-            return Err(ENOMEM);
-        }
-        let boxed = match KBox::new(Mapping { entry: Opaque::uninit(), mem, bytes }, GFP_KERNEL) {
+        let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
+        let boxed = match KBox::new(Mapping { entry: Opaque::uninit(), mem, bytes }, GFP_KERNEL_ACCOUNT) {
             Ok(m) => m,
             Err(e) => {
-                // SAFETY: `mem` came from `vmalloc_user` and is not shared yet.
+                // SAFETY: `mem` came from `alloc_user_mappable` and is not shared yet.
                 unsafe { b::vfree(mem.cast()) };
                 return Err(e.into());
             }
@@ -83,7 +123,9 @@ impl SharedRing {
 
     /// # Safety
     ///
-    /// `map` must be a `Mapping` from `new` that no entry or mapping refers to any more.
+    /// `map` must be a `Mapping` from `new` whose entry ib_core no longer refers to (never
+    /// inserted, or past `mmap_free`). User mappings may remain: they hold their own page
+    /// references, so `vfree` only drops the area's.
     unsafe fn free(map: *mut Mapping) {
         // SAFETY: per the contract above.
         unsafe {
@@ -113,8 +155,8 @@ impl SharedRing {
         if off % 4 != 0 || off.checked_add(4)? > self.bytes() {
             return None;
         }
-        // SAFETY: in bounds and aligned (checked; vmalloc memory is page-aligned); the memory
-        // lives as long as `self`; user space may write it concurrently, which atomics allow.
+        // SAFETY: in bounds and aligned (checked; the area is page-aligned); the memory lives as
+        // long as `self`; user space may write it concurrently, which atomics allow.
         Some(unsafe { AtomicU32::from_ptr(self.mem().add(off).cast()) })
     }
 
@@ -172,7 +214,8 @@ impl Drop for SharedRing {
 ///
 /// Called by ib_core once per entry inserted by [`SharedRing::new`].
 pub(crate) unsafe extern "C" fn mmap_free(entry: *mut b::rdma_user_mmap_entry) {
-    // SAFETY: the entry is the first field of a `Mapping` (repr(C)); nothing refers to it now.
+    // SAFETY: the entry is the first field of a `Mapping` (repr(C)) and ib_core is done with it
+    // (its last reference is gone); user mappings of the pages hold their own references.
     unsafe { SharedRing::free(entry.cast::<Mapping>()) };
 }
 

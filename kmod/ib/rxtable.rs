@@ -37,7 +37,8 @@ impl RxTable {
     /// Allocates and publishes the table (module init; one instance at a time).
     pub(crate) fn new() -> Result<Self> {
         let b = KBox::pin_init(try_pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }? Error), GFP_KERNEL)?;
-        // SAFETY: the box is never moved out of: it is turned back into a `Pin<KBox>` in `drop`.
+        // SAFETY: the contents are never moved: `drop` turns the pointer back into a `KBox` and
+        // frees it in place.
         let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(b) });
         if TABLE.compare_exchange(ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // SAFETY: not published, so still exclusively ours.

@@ -51,6 +51,6 @@ pub(crate) fn device_group() -> *const b::attribute_group {
 ///
 /// Called by sysfs with `buf` a `PAGE_SIZE` buffer.
 unsafe extern "C" fn show_uabi(_dev: *mut b::device, _attr: *mut b::device_attribute, buf: *mut u8) -> isize {
-    // SAFETY: `buf` is the sysfs page buffer; the format consumes exactly one `unsigned int`.
-    unsafe { b::sysfs_emit(buf.cast(), c"%u\n".as_ptr().cast(), uapi::UABI_VERSION) as isize }
+    // SAFETY: `buf` is the sysfs page buffer (the helper's format prints one `unsigned int`).
+    unsafe { b::rrxe_sysfs_emit_uint(buf.cast(), uapi::UABI_VERSION) as isize }
 }

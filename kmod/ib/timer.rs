@@ -35,8 +35,8 @@ pub(crate) struct Timer {
     _pin: PhantomPinned,
 }
 
-// SAFETY: the timer core serialises access to `timer_list`; `func` and `ctx` are plain values
-// that are never changed after initialisation.
+// SAFETY: the timer core serialises access to `timer_list`; `func` is never changed after
+// initialisation and `ctx` is an atomic (written by `bind`).
 unsafe impl Send for Timer {}
 // SAFETY: `arm` and `shutdown_sync` may run concurrently from several CPUs: `mod_timer` and
 // `timer_shutdown_sync` take the timer base lock.
@@ -74,8 +74,10 @@ impl Timer {
     /// (`timer_shutdown_sync`). Afterwards the callback never runs again, and [`Timer::arm`]
     /// is a no-op. Process context only; never from the callback itself. Idempotent.
     pub(crate) fn shutdown_sync(&self) {
-        // SAFETY: by the type invariant the timer is initialised and pinned; the caller is in
-        // process context and not in the callback (documented contract).
+        // SAFETY: by the type invariant the timer is initialised and pinned, which is all
+        // `timer_shutdown_sync` needs. (Calling it from the callback, or from a context that may
+        // not sleep, breaks the documented contract: a deadlock or a warning, not memory
+        // unsafety.)
         unsafe { b::timer_shutdown_sync(self.timer.get()) };
     }
 
@@ -91,6 +93,10 @@ impl Timer {
 }
 
 /// A type that embeds a [`Timer`] and handles its expiry.
+///
+/// Contract: the owner calls [`Timer::shutdown_sync`] on every bound timer before any of its
+/// other fields is dropped (the callback borrows the whole owner). This is a safe trait so that
+/// `verbs/` (no `unsafe`) can implement it; the contract is checked by review, not the compiler.
 pub(crate) trait TimerOwner: Send + Sync + 'static {
     /// Called in softirq context when the embedded timer `id` fires.
     fn timer_fired(&self, id: u32);
@@ -119,9 +125,13 @@ impl Timer {
         if ctx == 0 {
             return;
         }
-        // SAFETY: `bind` stored the address of an `Arc`-owned `T` that contains this timer; the
-        // Arc allocation never moves, and the owner shuts the timer down (waiting for this
-        // callback) before any of its fields is dropped, so `T` is alive here.
+        // SAFETY: `bind` stored the address of the `Arc`-owned `T` that embeds this timer (it
+        // checked the embedding), and the allocation never moves. It is not freed while this
+        // callback runs: dropping `T` drops this timer, whose `Drop` waits for the callback
+        // (`timer_shutdown_sync`) before the allocation can go. That `T`'s other fields are
+        // still alive rests on the `TimerOwner` contract (shut the timer down before dropping
+        // them), which `verbs::dp::QpInner` keeps (`shutdown` in `destroy`; on the create error
+        // path the timer was never armed).
         let owner = unsafe { &*(ctx as *const T) };
         owner.timer_fired(ID);
     }

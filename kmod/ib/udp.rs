@@ -2,12 +2,16 @@
 //! The RoCEv2 UDP tunnel: one kernel UDP socket pair bound to port 4791 per network namespace.
 //!
 //! [`UdpSock::get`] opens (or shares) the sockets of a netdev's namespace and returns a
-//! [`UdpHandle`]; the sockets close when the last handle of the namespace is dropped. There is
+//! [`UdpHandle`]; the sockets close when the last handle of the namespace is dropped, or when
+//! the namespace exits ([`NetnsExit`]), whichever comes first: a kernel socket does not pin
+//! its namespace, and a netdev we hold can leave the namespace (a physical device is moved back
+//! to `init_net` when its namespace exits) while a device still has a handle. Handles of a
+//! closed namespace stay valid; their transmits fail with `ENOTCONN`. There is
 //! an IPv4 socket and, when IPv6 is available, an IPv6-only socket (as rdma_rxe does); if the
 //! IPv6 socket cannot be opened, IPv4 still works and IPv6 transmits fail with `EAFNOSUPPORT`.
 //!
 //! Receive: the UDP stack hands each datagram for port 4791 to the encapsulation hook, in
-//! softirq context under the RCU read lock. The hook linearises it, checks its length, and calls
+//! softirq context under the RCU read lock. The hook checks its length, linearises it, and calls
 //! the namespace's [`RxFn`] with the addresses ([`RxMeta`]) and the UDP payload (BTH .. ICRC).
 //!
 //! Transmit: [`UdpHandle::xmit`] looks up the route in the netdev's namespace with the netdev as
@@ -25,10 +29,11 @@ use super::bindings as b;
 use super::netdev::NetDev;
 use core::{
     cell::UnsafeCell,
+    marker::PhantomPinned,
     ptr::{self, NonNull},
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering},
 };
-use kernel::prelude::*;
+use kernel::{prelude::*, types::Opaque};
 
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_V2_UDP_DPORT: u16 = 4791;
@@ -110,8 +115,10 @@ pub(crate) struct UdpCounters {
     pub(crate) tx_packets: u64,
     /// Transmit failures: no route (or a route lookup error).
     pub(crate) tx_err_route: u64,
-    /// Transmit failures: no memory for the skb.
+    /// Transmit failures: no memory for the skb (reported as [`XmitError::Congested`]).
     pub(crate) tx_err_nomem: u64,
+    /// Datagrams the IP output path dropped or pushed back (`NET_XMIT_DROP`/`NET_XMIT_CN`).
+    pub(crate) tx_congested: u64,
     /// Transmit failures: bad arguments (namespace, size, address family).
     pub(crate) tx_err_other: u64,
 }
@@ -127,6 +134,7 @@ struct Counters {
     tx_packets: AtomicU64,
     tx_err_route: AtomicU64,
     tx_err_nomem: AtomicU64,
+    tx_congested: AtomicU64,
     tx_err_other: AtomicU64,
 }
 
@@ -141,6 +149,7 @@ static COUNTERS: Counters = Counters {
     tx_packets: AtomicU64::new(0),
     tx_err_route: AtomicU64::new(0),
     tx_err_nomem: AtomicU64::new(0),
+    tx_congested: AtomicU64::new(0),
     tx_err_other: AtomicU64::new(0),
 };
 
@@ -163,6 +172,7 @@ pub(crate) fn counters() -> UdpCounters {
         tx_packets: r(&c.tx_packets),
         tx_err_route: r(&c.tx_err_route),
         tx_err_nomem: r(&c.tx_err_nomem),
+        tx_congested: r(&c.tx_congested),
         tx_err_other: r(&c.tx_err_other),
     }
 }
@@ -177,38 +187,87 @@ fn ptr_err<T>(p: *mut T) -> Option<Error> {
     (-4095..0).contains(&e).then(|| Error::from_errno(e as i32))
 }
 
+/// Why a datagram was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum XmitError {
+    /// Transient and loss-like: the IP output path dropped it or pushed back (`NET_XMIT_DROP`,
+    /// `NET_XMIT_CN`, any positive `NET_XMIT_*` code), or there was no memory for the skb. The
+    /// caller treats the packet as lost (retransmission recovers it).
+    Congested,
+    /// The datagram cannot be sent as addressed: no route, bad arguments, no socket (not
+    /// opened, or its namespace is gone), or another error of the IP output path.
+    Failed(Error),
+}
+
+impl From<Error> for XmitError {
+    fn from(e: Error) -> Self {
+        XmitError::Failed(e)
+    }
+}
+
+/// The result of `ip_local_out`/`ip6_local_out`: a negative errno or a `NET_XMIT_*` code.
+fn xmit_result(r: i32) -> Result<(), XmitError> {
+    match r {
+        0 => Ok(()),
+        r if r < 0 => {
+            inc(&COUNTERS.tx_err_other);
+            Err(XmitError::Failed(Error::from_errno(r)))
+        }
+        _ => {
+            inc(&COUNTERS.tx_congested);
+            Err(XmitError::Congested)
+        }
+    }
+}
+
 /// The sockets of one namespace.
 ///
 /// # Invariants
 ///
-/// Immutable after it is published (in the registry and as the sockets' `sk_user_data`), except
-/// `refs`, which changes only under the registry lock. `sock4` is a tunnel socket this entry
-/// owns; `sock6` is one too, or null. `net` is the namespace both live in.
+/// Immutable after it is published (in the registry and as the sockets' `sk_user_data`),
+/// except:
+/// - `refs`, which changes only under the registry lock;
+/// - `sock4` and `sock6`, which [`Entry::close`] clears (once, under the registry lock, after
+///   unpublishing the entry) and then releases only after an RCU grace period.
+///
+/// `sock4` is null or a tunnel socket this entry owns; so is `sock6` (null also when IPv6 was
+/// not available). A non-null `sock4` read in an RCU read-side section (bottom halves disabled)
+/// stays valid until that section ends, and so does `net`, the namespace both sockets live in:
+/// the namespace's exit closes them first ([`NetnsExit`]).
 struct Entry {
     net: *mut b::net,
     refs: AtomicUsize,
-    sock4: *mut b::socket,
-    sock6: *mut b::socket,
+    sock4: AtomicPtr<b::socket>,
+    sock6: AtomicPtr<b::socket>,
     rx: RxFn,
 }
 
 impl Entry {
-    /// Closes the sockets and waits until no receive callback can still be running.
+    /// Closes the sockets: waits until no transmit can still be using them (transmits read them
+    /// with bottom halves disabled) and no receive callback can still be running, then releases
+    /// them. Handles that still point at the entry see null sockets from then on.
     ///
     /// # Safety
     ///
-    /// The entry must be unpublished from the registry and have no handles left; process
-    /// context.
+    /// The entry must have been unpublished from the registry, with the registry lock held by
+    /// the caller (so this runs once per entry); process context.
     unsafe fn close(&self) {
-        for s in [self.sock6, self.sock4] {
+        let socks = [
+            self.sock6.swap(ptr::null_mut(), Ordering::AcqRel),
+            self.sock4.swap(ptr::null_mut(), Ordering::AcqRel),
+        ];
+        super::bh::synchronize_rcu();
+        for s in socks {
             if !s.is_null() {
-                // SAFETY: by the type invariant we own the socket. `udp_tunnel_sock_release`
-                // clears `sk_user_data` before releasing, so a later receive finds no entry.
+                // SAFETY: by the type invariant we owned the socket, and we took it out of the
+                // entry above; no transmit uses it any more (grace period above).
+                // `udp_tunnel_sock_release` clears `sk_user_data` and waits for RCU readers
+                // before releasing, so a later receive finds no entry.
                 unsafe { b::udp_tunnel_sock_release(s) };
             }
         }
         // The encapsulation hook runs under the RCU read lock (in softirq); a callback that
-        // read the entry before it was unpublished has finished after this.
+        // read the entry before `sk_user_data` was cleared has finished after this.
         super::bh::synchronize_rcu();
     }
 }
@@ -238,6 +297,27 @@ impl RegistryGuard {
     }
 }
 
+impl RegistryGuard {
+    /// Removes `entry` from the registry; `false` when it was not there (already closed by its
+    /// namespace's exit).
+    fn unpublish(&mut self, entry: NonNull<Entry>) -> bool {
+        let entries = self.entries();
+        let Some(i) = entries.iter().position(|e| *e == entry) else {
+            return false;
+        };
+        let last = entries.len() - 1;
+        entries.as_mut_slice().swap(i, last);
+        // SAFETY: shrinking by one; the element dropped from view is a `NonNull` (no drop glue),
+        // now the entry being removed.
+        unsafe { entries.set_len(last) };
+        if entries.is_empty() {
+            // Free the vector's buffer, so nothing stays allocated once no socket is open.
+            *entries = KVec::new();
+        }
+        true
+    }
+}
+
 impl Drop for RegistryGuard {
     fn drop(&mut self) {
         // SAFETY: the mutex was taken in `lock`.
@@ -256,7 +336,7 @@ fn open_socket(net: *mut b::net, v6: bool) -> Result<*mut b::socket> {
         if v6 {
             cfg.family = b::AF_INET6 as u8;
             cfg.set_ipv6_v6only(1);
-            b::udp_sock_create6(net, &mut cfg, &mut sock)
+            b::rrxe_udp_sock_create6(net, &mut cfg, &mut sock)
         } else {
             cfg.family = b::AF_INET as u8;
             b::udp_sock_create4(net, &mut cfg, &mut sock)
@@ -291,13 +371,21 @@ impl UdpSock {
             return Ok(UdpHandle { entry: e });
         }
 
+        // A namespace whose exit has started (its count reached zero) gets no new sockets: its
+        // exit may already have run, and nothing would close them. Its exit runs under the
+        // registry lock, so a namespace still counted here is closed by its exit if it dies now.
+        // SAFETY: `net` is the namespace of a netdev we hold, so its memory is alive (the
+        // namespace's teardown waits for the netdev's references).
+        if !unsafe { b::rrxe_check_net(net) } {
+            return Err(errno(b::ENETDOWN));
+        }
         // Make room first, so that publishing below cannot fail.
         guard.entries().reserve(1, GFP_KERNEL)?;
         let sock4 = open_socket(net, false)?;
         let sock6 = match open_socket(net, true) {
             Ok(s) => s,
             Err(e) => {
-                if e.to_errno() != -(b::EAFNOSUPPORT as i32) {
+                if ![b::EAFNOSUPPORT, b::EPFNOSUPPORT].iter().any(|&n| e.to_errno() == -(n as i32)) {
                     pr_warn!("rrxe: no IPv6 RoCEv2 socket in this namespace ({:?})\n", e);
                 }
                 ptr::null_mut()
@@ -306,8 +394,8 @@ impl UdpSock {
         let entry = Entry {
             net,
             refs: AtomicUsize::new(1),
-            sock4,
-            sock6,
+            sock4: AtomicPtr::new(sock4),
+            sock6: AtomicPtr::new(sock6),
             rx,
         };
         let entry = match KBox::new(entry, GFP_KERNEL) {
@@ -346,9 +434,9 @@ impl UdpSock {
 /// closes them (in process context: `Drop` sleeps); after that drop returns, the receive
 /// callback never runs again for them.
 ///
-/// Namespace lifetime: a kernel socket does not pin its namespace. Keep the handle no longer
-/// than the device holds its netdev (a held netdev keeps its namespace's teardown waiting), and
-/// drop it before releasing the netdev.
+/// Namespace lifetime: a kernel socket does not pin its namespace, so the namespace's exit
+/// closes the sockets itself ([`NetnsExit`]); the handle then stays valid, and transmits through
+/// it fail with `ENOTCONN`.
 ///
 /// # Invariants
 ///
@@ -372,43 +460,59 @@ impl UdpHandle {
     /// Sends `pkt` (the UDP payload: BTH .. ICRC, already computed) from `path.sgid` to
     /// `path.dgid` through `netdev`, which must be in this handle's namespace (`EINVAL`).
     ///
-    /// Errors: `EMSGSIZE` (payload over 65487 bytes), `EAFNOSUPPORT` (IPv6 without an IPv6
-    /// socket), the route lookup's errno (`ENETUNREACH`, `EHOSTUNREACH`, `EINVAL` for a source
-    /// address that is not local, ...), `ENOMEM`. `Ok` means the datagram went to the IP output
-    /// path; later losses (neighbour resolution, qdisc) are not reported, as for any UDP send.
-    /// Callable in softirq and process context; does not sleep.
-    pub(crate) fn xmit(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result {
-        let r = self.xmit_inner(netdev, path, pkt);
-        match &r {
-            Ok(()) => inc(&COUNTERS.tx_packets),
-            Err(e) if *e == ENOMEM => inc(&COUNTERS.tx_err_nomem),
-            Err(_) => {}
+    /// `Ok` means the IP output path took the datagram (later losses on the wire are not
+    /// reported, as for any UDP send). [`XmitError::Congested`]: dropped or pushed back by the
+    /// output path (qdisc, neighbour queue), or no memory for the skb. [`XmitError::Failed`]:
+    /// `ENOTCONN` (the namespace's sockets are closed), `EMSGSIZE` (payload over 65487 bytes),
+    /// `EAFNOSUPPORT` (IPv6 without an IPv6 socket), the route lookup's errno (`ENETUNREACH`,
+    /// `EHOSTUNREACH`, `EINVAL` for a source address that is not local, ...) or a negative errno
+    /// of the output path. Callable in softirq and process context (not with hard interrupts
+    /// disabled); does not sleep.
+    pub(crate) fn xmit(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
+        // Bottom halves disabled: an RCU read-side section, which keeps the sockets and the
+        // namespace alive against `Entry::close` (type invariant of `Entry`).
+        let r = super::bh::with_bh_disabled(|| self.xmit_inner(netdev, path, pkt));
+        if r.is_ok() {
+            inc(&COUNTERS.tx_packets);
         }
         r
     }
 
-    fn xmit_inner(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result {
+    /// Must run with bottom halves disabled.
+    fn xmit_inner(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
         let e = self.entry();
+        let sock = if path.is_v4 { &e.sock4 } else { &e.sock6 };
+        let s = sock.load(Ordering::Acquire);
+        if s.is_null() {
+            inc(&COUNTERS.tx_err_other);
+            let closed = e.sock4.load(Ordering::Acquire).is_null();
+            return Err(errno(if closed { b::ENOTCONN } else { b::EAFNOSUPPORT }).into());
+        }
         // SAFETY: the netdev is alive for the borrow.
         let net = unsafe { b::rrxe_dev_net(netdev.as_raw()) };
         if net != e.net || pkt.len() > 0xffff - UDP_HLEN - IPV6_HLEN {
             inc(&COUNTERS.tx_err_other);
-            return Err(if net != e.net { EINVAL } else { errno(b::EMSGSIZE) });
+            let err = if net != e.net { EINVAL } else { errno(b::EMSGSIZE) };
+            return Err(err.into());
         }
+        // SAFETY: `s` is a non-null socket of the entry read with bottom halves disabled, so it
+        // (and `e.net`) stays alive until we return (type invariant of `Entry`).
+        let sk: *mut b::sock = unsafe { (*s).sk }.cast();
         if path.is_v4 {
-            self.xmit4(netdev, path, pkt)
+            Self::xmit4(e.net, sk, netdev, path, pkt)
         } else {
-            self.xmit6(netdev, path, pkt)
+            Self::xmit6(e.net, sk, netdev, path, pkt)
         }
     }
 
     /// Allocates an skb with `headroom` bytes of headroom and `pkt` as its data.
-    fn build_skb(headroom: usize, pkt: &[u8]) -> Result<*mut b::sk_buff> {
+    fn build_skb(headroom: usize, pkt: &[u8]) -> Result<*mut b::sk_buff, XmitError> {
         // Both fit in `u32`: `pkt` was bounded by `xmit`, the headroom is a few hundred bytes.
         // SAFETY: `alloc_skb` with GFP_ATOMIC may be called in any context.
         let skb = unsafe { b::rrxe_alloc_skb((headroom + pkt.len()) as u32, b::GFP_ATOMIC) };
         if skb.is_null() {
-            return Err(ENOMEM);
+            inc(&COUNTERS.tx_err_nomem);
+            return Err(XmitError::Congested);
         }
         // SAFETY: `skb` is a new, empty skb with `headroom + pkt.len()` bytes of room:
         // reserving `headroom` and then putting `pkt.len()` bytes stays within it, and
@@ -421,10 +525,8 @@ impl UdpHandle {
         Ok(skb)
     }
 
-    fn xmit4(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result {
-        let e = self.entry();
-        // SAFETY: by the type invariant of `Entry`, `sock4` is a live socket we own.
-        let sk: *mut b::sock = unsafe { (*e.sock4).sk }.cast();
+    /// IPv4: `net` and `sk` are the live namespace and socket (see `xmit_inner`).
+    fn xmit4(net: *mut b::net, sk: *mut b::sock, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
         let saddr = u32::from_ne_bytes([path.sgid[12], path.sgid[13], path.sgid[14], path.sgid[15]]);
         let daddr = u32::from_ne_bytes([path.dgid[12], path.dgid[13], path.dgid[14], path.dgid[15]]);
         let mut fl = b::flowi4::default();
@@ -432,16 +534,16 @@ impl UdpHandle {
         fl.__fl_common.flowic_proto = b::IPPROTO_UDP as u8;
         fl.saddr = saddr;
         fl.daddr = daddr;
-        // SAFETY: `net` (checked equal to the netdev's in `xmit`) is live while the netdev is;
-        // `fl` is a valid key; `sk` is our live socket.
-        let rt = unsafe { b::ip_route_output_flow(e.net, &mut fl, sk) };
+        // SAFETY: `net` (checked equal to the netdev's) and `sk` are live (see `xmit_inner`);
+        // `fl` is a valid key.
+        let rt = unsafe { b::ip_route_output_flow(net, &mut fl, sk) };
         if let Some(err) = ptr_err(rt) {
             inc(&COUNTERS.tx_err_route);
-            return Err(err);
+            return Err(err.into());
         }
         if rt.is_null() {
             inc(&COUNTERS.tx_err_route);
-            return Err(errno(b::EHOSTUNREACH));
+            return Err(errno(b::EHOSTUNREACH).into());
         }
         // SAFETY: `rt` is a valid route with a reference we own; `dst.dev` is its output device,
         // alive while the route is.
@@ -489,7 +591,7 @@ impl UdpHandle {
             ihs[9] = b::IPPROTO_UDP as u8;
             ihs[12..16].copy_from_slice(&saddr.to_ne_bytes());
             ihs[16..20].copy_from_slice(&daddr.to_ne_bytes());
-            b::__ip_select_ident(e.net, ih.cast(), 1);
+            b::__ip_select_ident(net, ih.cast(), 1);
             let ip: &[u8; IPV4_HLEN] = &*(ih.cast::<[u8; IPV4_HLEN]>());
             let udp = core::slice::from_raw_parts_mut(uh, udp_len);
             if let Ok(c) = crate::logic::icrc::icrc_v4(ip, udp) {
@@ -497,23 +599,18 @@ impl UdpHandle {
             }
             // `ip_local_out` sets `skb->protocol` itself.
             b::rrxe_skb_dst_set(skb, ptr::addr_of_mut!((*rt).dst));
-            b::ip_local_out(e.net, sk, skb)
+            b::ip_local_out(net, sk, skb)
         };
-        if r < 0 {
-            inc(&COUNTERS.tx_err_other);
-            return Err(Error::from_errno(r));
-        }
-        Ok(())
+        xmit_result(r)
     }
 
-    fn xmit6(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result {
-        let e = self.entry();
-        if e.sock6.is_null() {
-            inc(&COUNTERS.tx_err_other);
-            return Err(errno(b::EAFNOSUPPORT));
-        }
-        // SAFETY: by the type invariant of `Entry`, a non-null `sock6` is a live socket we own.
-        let sk: *mut b::sock = unsafe { (*e.sock6).sk }.cast();
+    /// IPv6: `net` and `sk` are the live namespace and socket (see `xmit_inner`).
+    ///
+    /// The headers are written here and the skb goes to `ip6_local_out`, as rdma_rxe does,
+    /// rather than through `udp_tunnel6_xmit_skb`: in 6.12 that returns `void` and, with no
+    /// tunnel netdev to count on, drops `ip6_local_out`'s result, which is the only signal of a
+    /// drop or of back-pressure.
+    fn xmit6(net: *mut b::net, sk: *mut b::sock, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
         let label = path.flow_label & 0xf_ffff;
         let mut fl = b::flowi6::default();
         fl.__fl_common.flowic_oif = netdev.ifindex();
@@ -522,23 +619,24 @@ impl UdpHandle {
         fl.daddr.in6_u.u6_addr8 = path.dgid;
         fl.flowlabel = ((u32::from(path.tclass) << 20) | label).to_be();
         // SAFETY: `ipv6_stub` always points at a valid stub (failing ones without IPv6, but we
-        // have an IPv6 socket, so IPv6 is up); `net` is live; `fl` is a valid key; `sk` is ours.
+        // have an IPv6 socket, so IPv6 is up); `net` and `sk` are live (see `xmit_inner`); `fl`
+        // is a valid key.
         let dst = unsafe {
             match (*b::ipv6_stub).ipv6_dst_lookup_flow {
-                Some(f) => f(e.net, sk, &mut fl, ptr::null()),
+                Some(f) => f(net, sk, &mut fl, ptr::null()),
                 None => {
                     inc(&COUNTERS.tx_err_other);
-                    return Err(errno(b::EAFNOSUPPORT));
+                    return Err(errno(b::EAFNOSUPPORT).into());
                 }
             }
         };
         if let Some(err) = ptr_err(dst) {
             inc(&COUNTERS.tx_err_route);
-            return Err(err);
+            return Err(err.into());
         }
         if dst.is_null() {
             inc(&COUNTERS.tx_err_route);
-            return Err(errno(b::EHOSTUNREACH));
+            return Err(errno(b::EHOSTUNREACH).into());
         }
         // SAFETY: `dst` is a valid dst entry with a reference we own; `dev` is its output
         // device, alive while the dst is.
@@ -558,7 +656,8 @@ impl UdpHandle {
             // SAFETY: we own the reference.
             unsafe { b::dst_release(dst) };
             inc(&COUNTERS.tx_err_route);
-            return Err(if error < 0 { Error::from_errno(error.into()) } else { errno(b::EHOSTUNREACH) });
+            let e = if error < 0 { Error::from_errno(error.into()) } else { errno(b::EHOSTUNREACH) };
+            return Err(e.into());
         }
         let skb = match Self::build_skb(headroom, pkt) {
             Ok(skb) => skb,
@@ -568,18 +667,21 @@ impl UdpHandle {
                 return Err(err);
             }
         };
-        // The ICRC covers the IPv6 and UDP headers with traffic class, flow label, hop limit and
-        // UDP checksum masked: every other field is known before the stack writes them.
+        let udp_len = UDP_HLEN + pkt.len();
+        // The final IPv6 and UDP headers but for the UDP checksum, which the ICRC masks (with
+        // traffic class, flow label and hop limit) and `udp6_set_csum` fills in below.
         let mut ip = [0u8; IPV6_HLEN];
-        ip[0] = 0x60;
-        ip[4..6].copy_from_slice(&((UDP_HLEN + pkt.len()) as u16).to_be_bytes());
+        let flow = 0x6000_0000u32 | (u32::from(path.tclass) << 20) | label;
+        ip[0..4].copy_from_slice(&flow.to_be_bytes());
+        ip[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         ip[6] = b::IPPROTO_UDP as u8;
+        ip[7] = ttl;
         ip[8..24].copy_from_slice(&path.sgid);
         ip[24..40].copy_from_slice(&path.dgid);
         let mut uh = [0u8; UDP_HLEN];
         uh[0..2].copy_from_slice(&path.udp_sport.to_be_bytes());
         uh[2..4].copy_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
-        uh[4..6].copy_from_slice(&((UDP_HLEN + pkt.len()) as u16).to_be_bytes());
+        uh[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         // SAFETY: the skb's data is the `pkt.len()` bytes copied by `build_skb`, ours until sent.
         let data = unsafe { core::slice::from_raw_parts_mut((*skb).data, pkt.len()) };
         if let (Some(bth), Some(rest)) = (
@@ -593,26 +695,24 @@ impl UdpHandle {
         }
         let saddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.sgid } };
         let daddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.dgid } };
-        // SAFETY: `dst` is our reference, consumed with the skb; the skb has headroom for the
-        // UDP and IPv6 headers plus the link layer; a NULL tunnel device is allowed. The UDP
-        // checksum is computed (IPv6 requires one).
-        unsafe {
-            b::udp_tunnel6_xmit_skb(
-                dst,
-                sk,
-                skb,
-                ptr::null_mut(),
-                &saddr,
-                &daddr,
-                path.tclass,
-                ttl,
-                label.to_be(),
-                path.udp_sport.to_be(),
-                ROCE_V2_UDP_DPORT.to_be(),
-                false,
-            )
+        // SAFETY: the skb has headroom for the UDP and IPv6 headers (reserved above) and
+        // `skb_push` returns the start of the bytes it adds; the transport header is set before
+        // `udp6_set_csum` reads it. The control block is cleared for the IPv6 layer (as
+        // `ip6tunnel_xmit` does); `ip6_local_out` sets the payload length and `skb->protocol`,
+        // and consumes the skb and the dst reference handed over by `skb_dst_set`.
+        let r = unsafe {
+            let u = b::skb_push(skb, UDP_HLEN as u32).cast::<u8>();
+            ptr::copy_nonoverlapping(uh.as_ptr(), u, UDP_HLEN);
+            b::rrxe_skb_reset_transport_header(skb);
+            b::rrxe_skb_dst_set(skb, dst);
+            b::udp6_set_csum(false, skb, &saddr, &daddr, udp_len as i32);
+            let h = b::skb_push(skb, IPV6_HLEN as u32).cast::<u8>();
+            ptr::copy_nonoverlapping(ip.as_ptr(), h, IPV6_HLEN);
+            b::rrxe_skb_reset_network_header(skb);
+            ptr::write_bytes(ptr::addr_of_mut!((*skb).cb).cast::<u8>(), 0, core::mem::size_of_val(&(*skb).cb));
+            b::ip6_local_out(net, sk, skb)
         };
-        Ok(())
+        xmit_result(r)
     }
 }
 
@@ -622,26 +722,92 @@ impl Drop for UdpHandle {
         if self.entry().refs.fetch_sub(1, Ordering::Relaxed) != 1 {
             return;
         }
-        let entries = guard.entries();
-        if let Some(i) = entries.iter().position(|e| *e == self.entry) {
-            let last = entries.len() - 1;
-            entries.as_mut_slice().swap(i, last);
-            // SAFETY: shrinking by one; the element dropped from view is a `NonNull` (no drop
-            // glue), now the entry being removed.
-            unsafe { entries.set_len(last) };
+        if guard.unpublish(self.entry) {
+            // SAFETY: unpublished just now, with the registry lock held (still held, so a
+            // concurrent `get` for the namespace waits until port 4791 is free again); process
+            // context (documented on `UdpHandle`).
+            unsafe { self.entry().close() };
         }
-        if entries.is_empty() {
-            // Free the vector's buffer, so nothing stays allocated once no socket is open.
-            *entries = KVec::new();
-        }
-        // SAFETY: the entry is unpublished and this was its last handle; we are in process
-        // context (documented). The registry lock is still held, so a concurrent `get` for the
-        // namespace waits until port 4791 is free again.
-        unsafe { self.entry().close() };
+        // Otherwise the namespace's exit closed the sockets already.
         // SAFETY: the entry was leaked from a `KBox` in `get`, and nothing refers to it any more:
-        // no handles, not in the registry, and no receive callback can still be running.
+        // no handles, not in the registry, and no receive callback or transmit can still be
+        // using it (`close` waited for them).
         drop(unsafe { KBox::from_raw(self.entry.as_ptr()) });
         drop(guard);
+    }
+}
+
+/// The namespace-exit hook: closes a dying namespace's RoCEv2 sockets (`pernet_operations`).
+///
+/// Registered as a pernet *subsystem*, so that in a namespace's teardown it runs after the
+/// device exits (which unregister the namespace's netdevs or move them out). One per module;
+/// register it before any socket can be opened, drop it after the last handle is gone
+/// (unregistering runs the exit for every namespace still alive).
+///
+/// # Invariants
+///
+/// `ops` is registered with `register_pernet_subsys` from construction until drop.
+#[pin_data(PinnedDrop)]
+pub(crate) struct NetnsExit {
+    #[pin]
+    ops: Opaque<b::pernet_operations>,
+    #[pin]
+    _pin: PhantomPinned,
+}
+
+// SAFETY: the operations are only read by the namespace core (under `pernet_ops_rwsem`) and
+// unregistered in `drop`, which may run on any thread.
+unsafe impl Send for NetnsExit {}
+// SAFETY: `&self` exposes nothing.
+unsafe impl Sync for NetnsExit {}
+
+impl NetnsExit {
+    /// Registers the hook.
+    pub(crate) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            _pin: PhantomPinned,
+            ops <- Opaque::ffi_init(|ops: *mut b::pernet_operations| {
+                // SAFETY: `ops` is valid for writes; all-zero is an empty `pernet_operations`
+                // (no id, no size, no other callbacks).
+                unsafe {
+                    ops.write(core::mem::zeroed());
+                    (*ops).exit = Some(Self::exit_callback);
+                }
+            }),
+        }? Error)
+        .pin_chain(|this| {
+            // SAFETY: `ops` is pinned inside `Self` and unregistered in `drop` before it is
+            // freed; the callback only needs the static registry.
+            kernel::error::to_result(unsafe { b::register_pernet_subsys(this.ops.get()) })
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by the namespace core, in process context, once per namespace that exits while
+    /// the hook is registered (and for every live namespace when it is unregistered).
+    unsafe extern "C" fn exit_callback(net: *mut b::net) {
+        let mut guard = RegistryGuard::lock();
+        let found = guard.entries().iter().copied().find(|e| {
+            // SAFETY: entries in the registry are live (removed, under the lock we hold, before
+            // they are freed).
+            unsafe { e.as_ref() }.net == net
+        });
+        if let Some(e) = found {
+            guard.unpublish(e);
+            // SAFETY: the entry stays allocated while handles refer to it (it had one at least,
+            // being registered); it was unpublished just now with the lock held; the namespace
+            // core calls us in process context.
+            unsafe { e.as_ref().close() };
+        }
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for NetnsExit {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: by the type invariant `ops` is registered.
+        unsafe { b::unregister_pernet_subsys(self.ops.get()) };
     }
 }
 
@@ -650,7 +816,8 @@ impl Drop for UdpHandle {
 /// # Safety
 ///
 /// `nh` must point to a complete IPv4 or IPv6 header (or at least one readable byte, if it is
-/// neither); `uh` to a UDP header.
+/// neither); `uh` to a UDP header. An IPv4 header with options (IHL other than 5) is refused
+/// (`None`): the RoCEv2 ICRC and the UDP header position assume the 20-byte header.
 unsafe fn parse_headers(nh: *const u8, uh: *const u8) -> Option<RxMeta> {
     // SAFETY: per the contract, the header bytes read below are readable.
     unsafe {
@@ -660,7 +827,7 @@ unsafe fn parse_headers(nh: *const u8, uh: *const u8) -> Option<RxMeta> {
             ..RxMeta::default()
         };
         match byte(0) >> 4 {
-            4 => {
+            4 if byte(0) & 0xf == 5 => {
                 m.is_v4 = true;
                 m.tclass = byte(1);
                 m.hop_limit = byte(8);
@@ -703,34 +870,38 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     if entry.is_null() {
         return drop_with(&COUNTERS.rx_drop_closing);
     }
-    // SAFETY: we own `skb`; linearising is allowed in softirq context (it allocates atomically).
-    if unsafe { b::rrxe_skb_linearize(skb) } != 0 {
-        return drop_with(&COUNTERS.rx_drop_linearize);
-    }
-    // SAFETY: `skb` is a live, now linear skb: `len` bytes at `data`, starting with the UDP
-    // header; the IP header the stack already parsed lies before it in the same buffer.
-    let (len, data, nh, dev) = unsafe {
-        (
-            (*skb).len as usize,
-            (*skb).data.cast_const(),
-            b::rrxe_skb_network_header(skb).cast_const(),
-            (*skb).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev,
-        )
-    };
+    // Length first: a datagram of the wrong size is dropped without linearising (copying) it.
+    // SAFETY: `skb` is a live skb we own; `len` is its total data length, linear or not.
+    let len = unsafe { (*skb).len } as usize;
     if len < UDP_HLEN + MIN_PAYLOAD {
         return drop_with(&COUNTERS.rx_drop_short);
     }
     if len > UDP_HLEN + MAX_PAYLOAD {
         return drop_with(&COUNTERS.rx_drop_long);
     }
+    // SAFETY: we own `skb`; linearising is allowed in softirq context (it allocates atomically).
+    if unsafe { b::rrxe_skb_linearize(skb) } != 0 {
+        return drop_with(&COUNTERS.rx_drop_linearize);
+    }
+    // SAFETY: `skb` is a live, now linear skb: `len` bytes at `data`, starting with the UDP
+    // header; the IP header the stack already parsed (and pulled) lies before it in the same
+    // head buffer.
+    let (data, nh, dev) = unsafe {
+        (
+            (*skb).data.cast_const(),
+            b::rrxe_skb_network_header(skb).cast_const(),
+            (*skb).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev,
+        )
+    };
     // SAFETY: `nh` points to the IPv4/IPv6 header the IP layer validated, `data` to the UDP
     // header (at least `UDP_HLEN` bytes, checked above).
     let Some(mut meta) = (unsafe { parse_headers(nh, data) }) else {
         return drop_with(&COUNTERS.rx_drop_bad_ip);
     };
     meta.netdev = dev as usize;
-    // SAFETY: `nh` is the network header the IP layer validated (20 bytes without options for
-    // IPv4 — `parse_headers` refused others — or 40 for IPv6) and `data` the `len` linear
+    // SAFETY: `nh` is the network header the IP layer validated: for IPv4 exactly 20 bytes
+    // (`parse_headers` refused headers with options), for IPv6 the 40-byte fixed header (any
+    // extension headers follow it and only make the ICRC mismatch); `data` is the `len` linear
     // bytes of the UDP datagram; both live until the skb is freed below.
     let icrc_ok = unsafe {
         let udp = core::slice::from_raw_parts(data, len);
@@ -752,7 +923,7 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     inc(&COUNTERS.rx_packets);
     rx(&meta, pkt);
     // SAFETY: we own `skb`; `pkt` is not used any more.
-    unsafe { b::consume_skb(skb) };
+    unsafe { b::rrxe_consume_skb(skb) };
     0
 }
 
@@ -798,11 +969,12 @@ impl LazyUdp {
         Ok(())
     }
 
-    /// Sends through the sockets; `ENOTCONN` before [`LazyUdp::open`].
-    pub(crate) fn xmit(&self, path: &TxPath, pkt: &[u8]) -> Result {
+    /// Sends through the sockets ([`UdpHandle::xmit`]); `Failed(ENOTCONN)` before
+    /// [`LazyUdp::open`].
+    pub(crate) fn xmit(&self, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
         let p = self.handle.load(Ordering::Acquire);
         if p.is_null() {
-            return Err(Error::from_errno(-(b::ENOTCONN as i32)));
+            return Err(errno(b::ENOTCONN).into());
         }
         // SAFETY: by the type invariant a non-null handle lives until `drop`.
         unsafe { &*p }.xmit(&self.netdev, path, pkt)

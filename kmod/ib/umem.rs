@@ -44,7 +44,7 @@ impl Umem {
     pub(crate) fn get<T: IbDriver>(dev: &Device<T>, addr: u64, len: u64, access: i32) -> Result<Self> {
         let len = usize::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: the device is alive; `ib_umem_get` validates the user range itself.
-        let raw = unsafe { b::ib_umem_get(dev.as_raw(), addr as _, len, access) };
+        let raw = unsafe { b::rrxe_ib_umem_get(dev.as_raw(), addr as _, len as _, access) };
         let e = raw as isize;
         if (-4095..0).contains(&e) {
             return Err(Error::from_errno(e as i32));
@@ -65,7 +65,7 @@ impl Umem {
         let (address, length) = unsafe { ((*raw).address as usize, (*raw).length) };
         let page_off = address & (PAGE_SIZE - 1);
         let npages = (page_off + length).div_ceil(PAGE_SIZE);
-        let mut pages = KVVec::with_capacity(npages, GFP_KERNEL)?;
+        let mut pages = KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
         // SAFETY: `raw` is a valid umem; `sgt_append.sgt` is its CPU scatter table with
         // `orig_nents` entries chained through `sg_next`.
         let (mut sg, nents) = unsafe { ((*raw).sgt_append.sgt.sgl, (*raw).sgt_append.sgt.orig_nents) };
@@ -87,7 +87,7 @@ impl Umem {
                 // SAFETY: the entry covers `bytes / PAGE_SIZE` physically contiguous pages from
                 // `first`, so the `i`-th exists.
                 let page = unsafe { b::rrxe_nth_page(first, i as _) };
-                pages.push(page, GFP_KERNEL)?;
+                pages.push(page, GFP_KERNEL_ACCOUNT)?;
             }
             // SAFETY: `sg` is a live entry; `sg_next` follows chain links and returns NULL after
             // the last entry.
@@ -210,6 +210,6 @@ impl Umem {
 impl Drop for Umem {
     fn drop(&mut self) {
         // SAFETY: by the type invariant we own the umem; the page array is not used after this.
-        unsafe { b::ib_umem_release(self.raw) };
+        unsafe { b::rrxe_ib_umem_release(self.raw) };
     }
 }

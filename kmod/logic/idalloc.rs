@@ -62,8 +62,21 @@ impl IdAlloc {
     }
 }
 
-/// A memory key: index in the upper 24 bits, a rotating "key" byte in the low 8 bits, so that
-/// a key that outlived its MR is rejected even when the index is reused.
+/// The key byte of a new MR whose index last carried key byte `last`: the low byte of `random`
+/// (a fresh random value, as rxe draws one), moved on by one when it would repeat `last`, so a
+/// key that outlived its MR never matches the index's next MR. Random rather than sequential,
+/// so that the next key cannot be predicted from the ones seen.
+pub const fn next_key_byte(random: u32, last: u8) -> u8 {
+    let k = random as u8;
+    if k == last {
+        k.wrapping_add(1)
+    } else {
+        k
+    }
+}
+
+/// A memory key: index in the upper 24 bits, the "key" byte ([`next_key_byte`]) in the low 8
+/// bits, so that a key that outlived its MR is rejected even when the index is reused.
 pub const fn make_key(index: u32, key_byte: u8) -> u32 {
     (index << 8) | key_byte as u32
 }

@@ -5,6 +5,10 @@
 //! compiles it as `mod logic`; the host crate `tests/host` compiles the very same files and tests
 //! them with cargo (unit, table and property tests). Nothing here calls back into the kernel.
 
+// The layering rule, enforced: `unsafe` lives in `ib/` only (scripts/check-safety checks the
+// SAFETY comments there).
+#![forbid(unsafe_code)]
+
 pub mod guid;
 pub mod icrc;
 pub mod idalloc;

@@ -25,6 +25,7 @@ pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udat
     let path: Path = av::resolve(dev, avec, None)?;
     dev.data().fabric.need_wire(&path)?;
     let data = dev.data();
+    reap(dev);
     data.quota.ah.take(lim::MAX_AH)?;
     let num = match data.alloc_ah_num() {
         Ok(n) => n,
@@ -39,7 +40,7 @@ pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udat
                 u.respond(&uapi::CreateAhResp { ah_num: num, reserved: 0 })?;
             }
         }
-        data.fabric.ahs.insert(num, Arc::new(AhInner { path, pd: pd as *const RrxePd as usize }, GFP_KERNEL)?)
+        data.fabric.ahs.insert(num, Arc::new(AhInner { path, pd: pd as *const RrxePd as usize }, GFP_KERNEL_ACCOUNT)?)
     })();
     if let Err(e) = r {
         data.free_ah_num(num);
@@ -49,8 +50,27 @@ pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udat
     Ok(RrxeAh { num })
 }
 
-pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh) {
-    drop(dev.data().fabric.ahs.remove_sync(ah.num));
-    dev.data().free_ah_num(ah.num);
+/// Destroys `ah`. Without `sleepable` (a kernel caller in atomic context) nothing may sleep,
+/// but removing the AH from the data path's table waits for an RCU grace period and freeing
+/// its number takes a mutex: the AH is only marked dead then, and the next sleepable AH verb
+/// of the device finishes it. Until then it keeps its number and quota; a UD WQE that still
+/// names it is the caller's bug either way (ib_core forbids destroying an AH in use).
+pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, sleepable: bool) {
+    if !sleepable {
+        dev.data().defer_ah_destroy(ah.num);
+        return;
+    }
+    reap(dev);
+    finish(dev, ah.num);
+}
+
+fn finish(dev: &Device<Rrxe>, num: u32) {
+    drop(dev.data().fabric.ahs.remove_sync(num));
+    dev.data().free_ah_num(num);
     RrxeDev::release(&dev.data().quota.ah);
+}
+
+/// Finishes the destructions deferred by non-sleepable `destroy` calls (process context).
+fn reap(dev: &Device<Rrxe>) {
+    dev.data().reap_dead_ahs(|num| finish(dev, num));
 }

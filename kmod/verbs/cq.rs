@@ -64,7 +64,7 @@ pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>, e
         }
         None => (None, 1),
     };
-    let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL)?;
+    let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL_ACCOUNT)?;
     dev.data().quota.cq.take(lim::MAX_CQ)?;
     Ok((RrxeCq { inner, cqe: AtomicU32::new(cqe) }, cqe))
 }

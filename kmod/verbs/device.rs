@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Device-level verbs: query_device, query_port, port immutables, P_Keys, user contexts.
 
-use super::{ah, cq, dp::Fabric, mr, pd, qp, srq};
+use super::{ah, cq, dp::Fabric, mr, pd, qp, srq, stats::DevStats};
 use crate::ib::{
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
@@ -9,9 +9,14 @@ use crate::ib::{
     objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef},
     udata::Udata,
 };
-use crate::logic::{idalloc::IdAlloc, limits as lim, port, qp_attr::ModifyRequest};
+use crate::logic::{
+    idalloc::{self, IdAlloc},
+    limits as lim, port,
+    qp_attr::ModifyRequest,
+    stats,
+};
 use crate::uapi;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The rrxe driver.
@@ -45,16 +50,54 @@ pub(crate) struct Quotas {
 struct Ids {
     alloc: IdAlloc,
     bits: KVec<u64>,
+    /// MR key indices: the key byte each index carried last (empty for other ids).
+    last_key: KVec<u8>,
 }
 
 impl Ids {
     fn new(first: u32, count: u32) -> Result<Self> {
         let words = count.div_ceil(64) as usize;
-        let mut bits = KVec::with_capacity(words, GFP_KERNEL)?;
+        Ok(Ids { alloc: IdAlloc::new(first), bits: KVec::from_elem(0u64, words, GFP_KERNEL)?, last_key: KVec::new() })
+    }
+
+    fn with_keys(first: u32, count: u32) -> Result<Self> {
+        let mut ids = Self::new(first, count)?;
+        ids.last_key = KVec::from_elem(0u8, ids.bits.len() * 64, GFP_KERNEL)?;
+        Ok(ids)
+    }
+}
+
+/// Address handles destroyed where sleeping was not allowed, waiting to be reaped (one bit per
+/// AH number): still in the data path's table and holding their number and quota until then.
+/// Atomic, so marking needs no lock and works in any context.
+struct DeadAhs(KVec<AtomicU64>);
+
+impl DeadAhs {
+    fn new() -> Result<Self> {
+        let words = (lim::MAX_AH as usize + 1).div_ceil(64);
+        let mut v = KVec::with_capacity(words, GFP_KERNEL)?;
         for _ in 0..words {
-            bits.push(0u64, GFP_KERNEL)?;
+            v.push(AtomicU64::new(0), GFP_KERNEL)?;
         }
-        Ok(Ids { alloc: IdAlloc::new(first), bits })
+        Ok(DeadAhs(v))
+    }
+
+    fn mark(&self, num: u32) {
+        if let Some(w) = self.0.get((num / 64) as usize) {
+            w.fetch_or(1 << (num % 64), Ordering::AcqRel);
+        }
+    }
+
+    /// Calls `f` for (and forgets) every marked number.
+    fn reap(&self, mut f: impl FnMut(u32)) {
+        for (i, w) in self.0.iter().enumerate() {
+            let mut bits = w.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f(i as u32 * 64 + b);
+            }
+        }
     }
 }
 
@@ -63,6 +106,10 @@ impl Ids {
 pub(crate) struct RrxeDev {
     /// The data path's tables and transmit side, shared with the receive path.
     pub(crate) fabric: Arc<Fabric>,
+    /// Device-wide data-path counters (`rdma statistic`); the data path holds a clone.
+    pub(crate) stats: Arc<DevStats>,
+    /// AHs destroyed without sleeping, reaped by the next sleepable AH verb.
+    dead_ahs: DeadAhs,
     /// The netdev key the fabric is published under for received packets.
     netdev_key: usize,
     /// Address handle numbers (0 is never used).
@@ -74,27 +121,28 @@ pub(crate) struct RrxeDev {
     /// QP numbers; 0 and 1 are reserved (SMI, GSI).
     #[pin]
     qpns: Mutex<Ids>,
-    /// MR key indices (index 0 is never used, so no key is 0).
+    /// MR key indices (index 0 is never used, so no key is 0), and each index's last key byte.
     #[pin]
     mr_ids: Mutex<Ids>,
-    /// The rotating key byte of the next MR.
-    mr_key: AtomicU8,
 }
 
 impl RrxeDev {
     pub(crate) fn new(active: bool, netdev: &NetDev) -> Result<impl PinInit<Self, Error>> {
+        let stats = DevStats::new()?;
         let fabric = Arc::pin_init(Fabric::new(netdev)?, GFP_KERNEL)?;
         let published = fabric.clone();
         let key = netdev.key();
-        let (ah_ids, qpns, mr_ids) = (Ids::new(1, lim::MAX_AH)?, Ids::new(2, lim::MAX_QP)?, Ids::new(1, lim::MAX_MR)?);
+        let (ah_ids, qpns, mr_ids) = (Ids::new(1, lim::MAX_AH)?, Ids::new(2, lim::MAX_QP)?, Ids::with_keys(1, lim::MAX_MR)?);
+        let dead_ahs = DeadAhs::new()?;
         Ok(try_pin_init!(RrxeDev {
             fabric,
+            stats,
+            dead_ahs,
             ah_ids <- new_mutex!(ah_ids, "rrxe:ah_ids"),
             port_active: AtomicBool::new(active),
             quota: Quotas::default(),
             qpns <- new_mutex!(qpns, "rrxe:qpns"),
             mr_ids <- new_mutex!(mr_ids, "rrxe:mr_ids"),
-            mr_key: AtomicU8::new(0),
             // Last: once published, only `RrxeDev`'s drop unpublishes it.
             netdev_key: {
                 crate::ib::rxtable::add(key, published)?;
@@ -105,13 +153,13 @@ impl RrxeDev {
 
     pub(crate) fn alloc_ah_num(&self) -> Result<u32> {
         let mut ids = self.ah_ids.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, .. } = &mut *ids;
         alloc.alloc(bits).ok_or(ENOMEM)
     }
 
     pub(crate) fn free_ah_num(&self, n: u32) {
         let mut ids = self.ah_ids.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, .. } = &mut *ids;
         alloc.free(bits, n);
     }
 
@@ -122,27 +170,42 @@ impl RrxeDev {
 
     pub(crate) fn alloc_qpn(&self) -> Result<u32> {
         let mut ids = self.qpns.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, .. } = &mut *ids;
         alloc.alloc(bits).ok_or(ENOMEM)
     }
 
     pub(crate) fn free_qpn(&self, qpn: u32) {
         let mut ids = self.qpns.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, .. } = &mut *ids;
         alloc.free(bits, qpn);
     }
 
-    /// An MR index and a fresh key byte.
+    /// An MR index and a fresh, random key byte (never the index's previous one).
     pub(crate) fn alloc_mr_index(&self) -> Result<(u32, u8)> {
         let mut ids = self.mr_ids.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, last_key } = &mut *ids;
         let index = alloc.alloc(bits).ok_or(ENOMEM)?;
-        Ok((index, self.mr_key.fetch_add(1, Ordering::Relaxed)))
+        let mut key = 0;
+        if let Some(last) = last_key.get_mut(index as usize) {
+            key = idalloc::next_key_byte(crate::ib::random_u32(), *last);
+            *last = key;
+        }
+        Ok((index, key))
+    }
+
+    /// Marks AH `num` destroyed without sleeping; [`RrxeDev::reap_dead_ahs`] finishes it.
+    pub(crate) fn defer_ah_destroy(&self, num: u32) {
+        self.dead_ahs.mark(num);
+    }
+
+    /// Finishes the AH destructions deferred by [`RrxeDev::defer_ah_destroy`] (sleeps).
+    pub(crate) fn reap_dead_ahs(&self, mut finish: impl FnMut(u32)) {
+        self.dead_ahs.reap(&mut finish);
     }
 
     pub(crate) fn free_mr_index(&self, index: u32) {
         let mut ids = self.mr_ids.lock();
-        let Ids { alloc, bits } = &mut *ids;
+        let Ids { alloc, bits, .. } = &mut *ids;
         alloc.free(bits, index);
     }
 }
@@ -240,8 +303,8 @@ impl IbDriver for Rrxe {
         ah::create(dev, p, av, udata)
     }
 
-    fn destroy_ah(dev: &Device<Self>, a: &Self::Ah) {
-        ah::destroy(dev, a)
+    fn destroy_ah(dev: &Device<Self>, a: &Self::Ah, sleepable: bool) {
+        ah::destroy(dev, a, sleepable)
     }
 
     fn create_srq(dev: &Device<Self>, p: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, ev: SrqRef)
@@ -357,12 +420,15 @@ impl IbDriver for Rrxe {
         if udata.inlen() >= core::mem::size_of::<uapi::AllocUcontextCmd>()
             && cmd.uabi_version != uapi::UABI_VERSION
         {
-            pr_info!(
+            // Any process can ask, as often as it likes: rate-limited.
+            if crate::ib::printk_ratelimit() {
+                pr_info!(
                 "{}: refusing a context for uABI {} (this module speaks {})\n",
                 dev.name(),
                 cmd.uabi_version,
                 uapi::UABI_VERSION
-            );
+                );
+            }
             return Err(crate::ib::eproto());
         }
         if cmd.reserved != 0 {
@@ -375,6 +441,10 @@ impl IbDriver for Rrxe {
             reserved: 0,
         })?;
         Ok(RrxeContext)
+    }
+
+    fn hw_stats(dev: &Device<Self>) -> [u64; stats::COUNT] {
+        dev.data().stats.snapshot()
     }
 
     fn link_changed(dev: &Device<Self>) {

@@ -15,7 +15,7 @@ use crate::ib::{
     netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
-    udp::{LazyUdp, TxPath},
+    udp::{LazyUdp, TxPath, XmitError},
 };
 use crate::logic::{
     idalloc,
@@ -160,8 +160,8 @@ impl Fabric {
         self.udp.open(rx_wire)
     }
 
-    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> Result {
-        let sgid = path.av.sgid.map(|s| s.gid).ok_or(EINVAL)?;
+    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> Result<(), XmitError> {
+        let sgid = path.av.sgid.map(|s| s.gid).ok_or(XmitError::Failed(EINVAL))?;
         let tx = TxPath {
             sgid,
             dgid: path.av.dgid,

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver: safe Rust on top of `ib/`, asking `logic/` for every decision.
 
+// The layering rule, enforced: `unsafe` lives in `ib/` only (scripts/check-safety checks the
+// SAFETY comments there).
+#![forbid(unsafe_code)]
+
 mod ah;
 mod av;
 mod cq;
@@ -11,6 +15,7 @@ mod mr;
 mod pd;
 mod qp;
 mod srq;
+pub(crate) mod stats;
 
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;

@@ -164,7 +164,7 @@ pub(super) fn create(
         init.cap.max_recv_wr = 0;
         init.cap.max_recv_sge = 0;
     }
-    let attrs = KBox::pin_init(new_mutex!(QpAttrs::reset(), "rrxe:qp"), GFP_KERNEL)?;
+    let attrs = KBox::pin_init(new_mutex!(QpAttrs::reset(), "rrxe:qp"), GFP_KERNEL_ACCOUNT)?;
     let (mut sq, mut rq) = (None, None);
     if let Some(u) = udata {
         let mut resp = uapi::CreateQpResp::default();
@@ -202,8 +202,8 @@ pub(super) fn create(
     let cfg = engine_config(qpn, qp_type, init.sq_sig_all, &init.cap, init.has_srq, srq_sge, &QpAttrs::reset(), port_mtu(dev));
     let eng = Eng::new(
         cfg,
-        KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL)?,
-        KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL)?,
+        KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL_ACCOUNT)?,
+        KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL_ACCOUNT)?,
         slot_size,
     )
     .ok_or(EINVAL)?;
@@ -220,7 +220,7 @@ pub(super) fn create(
         ev: links.this,
         fabric: data.fabric.clone(),
     };
-    let inner = Arc::pin_init(QpInner::new(parts)?, GFP_KERNEL)?;
+    let inner = Arc::pin_init(QpInner::new(parts)?, GFP_KERNEL_ACCOUNT)?;
     inner.bind_timer(&inner)?;
     data.fabric.qps.insert(qpn, inner.clone())?;
     release.dismiss();
@@ -240,15 +240,8 @@ pub(super) fn modify(
     }
     let port = PortInfo { pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN), active_mtu: port_mtu(dev) };
     let mut a = qp.attrs.lock();
-    // The data path may have moved the QP to ERR on its own (a fatal error).
-    let (dp_state, _, _, draining) = qp.inner.snapshot();
-    if dp_state == QpState::Err {
-        a.state = QpState::Err;
-    }
-    a.sq_draining = draining && a.state == QpState::Sqd;
-    let cur = QpCurrent { qp_type: qp.qp_type, state: a.state, sq_draining: a.sq_draining };
     // Everything is validated before anything is written: a refused modify changes nothing.
-    let v = qp_attr::validate(req, &cur, &limits(), &port).map_err(|e| errno(e.errno()))?;
+    let v = validate_now(qp, &mut a, req, &port)?;
     let path = match avec {
         Some(avec) => {
             let dqpn = v.dest_qp_num.unwrap_or(a.dest_qp_num);
@@ -258,6 +251,13 @@ pub(super) fn modify(
         }
         None => None,
     };
+    // Resolving may have slept (route lookup, opening the namespace's socket), and the data path
+    // may have moved the QP to ERR meanwhile: validate again against the state as it is now, so
+    // the transition is the one IBTA allows from there (from ERR: only RESET or ERR). Nothing
+    // sleeps from here to `apply`. (A move to ERR by the data path in the few instructions
+    // before `apply` takes the QP lock can still be overwritten: closing that needs `apply` to
+    // check the state under its lock.)
+    let v = if qp.inner.snapshot().0 != a.state { validate_now(qp, &mut a, req, &port)? } else { v };
 
     let srq_sge = if qp.has_srq { qp.inner.srq_max_sge() } else { 0 };
     if v.next_state == QpState::Reset && a.state != QpState::Reset {
@@ -310,10 +310,29 @@ pub(super) fn modify(
     Ok(())
 }
 
+/// The states the data path enters on its own (a fatal error; a send error on UC/UD).
+fn entered_by_data_path(s: QpState) -> bool {
+    matches!(s, QpState::Err | QpState::Sqe)
+}
+
+/// Brings `a.state` up to date with the data path (which moves the QP to ERR or SQE on its own)
+/// and validates `req` against it, as rxe and IBTA do: the current state is the QP's, not the
+/// one the last modify set.
+fn validate_now(qp: &RrxeQp, a: &mut QpAttrs, req: &ModifyRequest, port: &PortInfo)
+    -> Result<qp_attr::ValidatedModify> {
+    let (dp_state, _, _, draining) = qp.inner.snapshot();
+    if entered_by_data_path(dp_state) {
+        a.state = dp_state;
+    }
+    a.sq_draining = draining && a.state == QpState::Sqd;
+    let cur = QpCurrent { qp_type: qp.qp_type, state: a.state, sq_draining: a.sq_draining };
+    qp_attr::validate(req, &cur, &limits(), port).map_err(|e| errno(e.errno()))
+}
+
 pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
     let a = qp.attrs.lock();
     let (state, sq_psn, rq_psn, draining) = qp.inner.snapshot();
-    let state = if state == QpState::Err { QpState::Err } else { a.state };
+    let state = if entered_by_data_path(state) { state } else { a.state };
     let (av, hop) = match &a.path {
         Some(p) => (p.av, p.hop_limit),
         None => (AddressVector::default(), 0),

@@ -39,7 +39,7 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, attr: &mut SrqAttr, udata
     data.quota.srq.take(lim::MAX_SRQ)?;
     let inner = match Arc::pin_init(
         SrqInner::new(ring, info.slots, info.slot_size as usize, attr.max_wr, attr.max_sge, attr.srq_limit, ev),
-        GFP_KERNEL,
+        GFP_KERNEL_ACCOUNT,
     ) {
         Ok(i) => i,
         Err(e) => {

@@ -10,7 +10,8 @@
 #   5. rrxe-errors: bad rkey -> REM_ACCESS_ERR then flushes, bad lkey -> LOC_PROT_ERR, QPs
 #      destroyed with WRs outstanding; a process SIGKILLed mid-transfer (`rdma res` back to its
 #      baseline, the device still works); rmmod of the driver while a context is open is
-#      refused or disassociates cleanly (run last).
+#      refused or disassociates cleanly (run last);
+#   6. `rdma statistic show link DEV/1` lists every counter of kmod/logic/stats.rs (rrxe).
 #
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rrxe $PWD/tests/vm/datapath.sh
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rxe  $PWD/tests/vm/datapath.sh
@@ -32,7 +33,8 @@
 #   RRXE_DP_XFAIL  check names whose FAIL is a known bug of the device under test: printed as
 #                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
 #                  finds (see below); none for rrxe.
-#   RRXE_DP_ONLY   space-separated subset of: pingpong perftest integrity syscalls errors kill rmmod
+#   RRXE_DP_ONLY   space-separated subset of: pingpong perftest integrity syscalls errors kill stats
+#                  rmmod
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 type=${RRXE_DP_TYPE:-rrxe}
@@ -44,7 +46,7 @@ iters=${RRXE_DP_ITERS:-100}
 ops=${RRXE_DP_OPS:-300}
 T=${RRXE_DP_STEP_TIMEOUT:-60}
 bin=${RRXE_DP_BIN:-$root/target/release}
-only=" ${RRXE_DP_ONLY:-pingpong perftest integrity syscalls errors kill rmmod} "
+only=" ${RRXE_DP_ONLY:-pingpong perftest integrity syscalls errors kill stats rmmod} "
 # rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
 # IBV_WC_WR_FLUSH_ERR, not IBV_WC_LOC_PROT_ERR: rxe_requester() sets wqe->status
 # (IB_WC_LOC_QP_OP_ERR even, since copy_data() returns -EINVAL, not -EFAULT) and moves the QP
@@ -220,6 +222,18 @@ if part kill; then
   check "kill.device_works_afterwards" timeout -k 5 "$T" "$bin/rrxe-integrity" --dev "$dev0" \
     --dev2 "$dev1" --types rc,ud --ops 40 --ud-ops 20 "${seed[@]}"
   elapsed kill
+fi
+
+# --- rdma statistic: every counter of kmod/logic/stats.rs, by name, with a value (rrxe only)
+if part stats && [ "$type" = rrxe ]; then
+  names=$(grep -oE '"[a-z_]+\\0"' "$root/kmod/logic/stats.rs" | tr -d '"' | sed 's/\\0$//')
+  out=$(rdma statistic show link "$dev0/1" 2>&1)
+  echo "$out" | head -3 | cut -c1-160 | sed 's/^/    /'
+  missing=$(for n in $names; do echo "$out" | grep -qE "(^| )$n [0-9]+( |$)" || echo "$n"; done)
+  check "stats.names_listed" test -n "$names" -a -z "$missing"
+  [ -n "$missing" ] && echo "    missing: $(echo $missing)"
+  check "stats.per_device" bash -c "rdma statistic show link '$dev1/1' | grep -qE ' sent_pkts [0-9]+'"
+  elapsed stats
 fi
 
 # --- rmmod with a context open (last: the devices go away if the module does)

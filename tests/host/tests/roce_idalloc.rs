@@ -67,3 +67,51 @@ fn freed_ids_are_reused_last_and_keys_rotate() {
     assert_eq!(idalloc::key_index(idalloc::make_key(77, 0xab)), 77);
     assert_ne!(idalloc::make_key(77, 1), idalloc::make_key(77, 2));
 }
+
+#[test]
+fn key_byte_is_the_random_byte_unless_it_repeats() {
+    assert_eq!(idalloc::next_key_byte(0x1234_56ab, 0x00), 0xab);
+    assert_eq!(idalloc::next_key_byte(0xffff_ff10, 0x11), 0x10);
+    // Never the previous key byte of the index, for any random value.
+    for last in 0..=255u8 {
+        for r in [0u32, 1, 0xff, 0x100, 0xdead_beef, u32::MAX] {
+            assert_ne!(idalloc::next_key_byte(r.wrapping_add(u32::from(last)), last), last);
+        }
+        assert_eq!(idalloc::next_key_byte(u32::from(last), last), last.wrapping_add(1));
+    }
+}
+
+#[test]
+fn key_bytes_follow_the_random_source_not_a_sequence() {
+    // A deterministic stand-in for get_random_u32: successive keys at one index are not
+    // consecutive (the old allocator rotated 0, 1, 2, ...), and every byte value is reachable.
+    let mut x = 0x9e37_79b9u32;
+    let mut last = 0u8;
+    let mut seen = [false; 256];
+    let mut consecutive = 0;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let k = idalloc::next_key_byte(x, last);
+        assert_ne!(k, last);
+        consecutive += usize::from(k == last.wrapping_add(1));
+        seen[usize::from(k)] = true;
+        let key = idalloc::make_key(7, k);
+        assert_eq!(idalloc::key_index(key), 7);
+        assert_eq!(key & 0xff, u32::from(k));
+        last = k;
+    }
+    assert!(seen.iter().all(|&s| s));
+    assert!(consecutive < 100, "{consecutive} consecutive key bytes out of 4096");
+}
+
+#[test]
+fn stat_names_are_nul_terminated_for_the_kernel() {
+    use rrxe_host_tests::logic::stats;
+    for (i, n) in stats::NAMES.iter().enumerate() {
+        assert!(n.ends_with('\0') && !n[..n.len() - 1].contains('\0'), "{n:?}");
+        assert_eq!(stats::ALL[i].index(), i);
+        assert!(!stats::ALL[i].name().is_empty());
+    }
+}
