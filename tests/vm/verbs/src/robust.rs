@@ -120,6 +120,11 @@ impl Transfer {
         self.qpns.recv_timeout(t).ok()
     }
 
+    /// Whether the loop ended by itself (an error).
+    pub fn handle_finished(&self) -> bool {
+        self.handle.as_ref().is_none_or(|h| h.is_finished())
+    }
+
     /// Stops the loop (after the operation in progress) and returns what it did.
     pub fn stop(mut self) -> TransferResult {
         self.stop.store(true, Ordering::Relaxed);
