@@ -227,7 +227,7 @@ fn child(o: &Opts, seg: u64, nops: u64, out: &mut std::fs::File) -> i32 {
     for _ in 0..nops {
         let what = r.below(100);
         // Verbs that may unmap (or map) anything take the lock for writing.
-        let fast = (60..80).contains(&what);
+        let fast = (60..94).contains(&what);
         let guard = if fast { None } else { Some(lock.write().unwrap_or_else(|e| e.into_inner())) };
         // SAFETY: the fuzzed verbs get valid object pointers from the pools (or null where
         // libibverbs allows it) and buffers that live across each call; the values are hostile
@@ -318,10 +318,11 @@ fn rand_bytes<T: Default + Copy>(r: &mut Rng) -> T {
 }
 
 fn small_or_wild(r: &mut Rng, small: u64) -> u32 {
-    match r.below(5) {
+    match r.below(8) {
         0 => r.u32(),
         1 => 0,
-        _ => r.below(small + 1) as u32,
+        2 | 3 => r.below(small + 1) as u32,
+        _ => 1 + r.below(small.min(8)) as u32,
     }
 }
 
@@ -483,11 +484,12 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
         38..=42 => {
             // reg MR: valid buffer, unmapped/absurd range, random access
             let Some(pd) = pick(r, &p.pds) else { return };
-            let access = match r.below(3) {
+            let access = match r.below(4) {
                 0 => r.u32() as i32,
-                _ => (r.u32() & 0x1f) as i32,
+                1 => (r.u32() & 0x1f) as i32,
+                _ => dp::ACCESS_ALL as i32,
             };
-            let (addr, len, buf) = match r.below(4) {
+            let (addr, len, buf) = match r.below(6) {
                 0 => (r.u64() as *mut libc::c_void, r.u64() as usize & 0xffff_ffff, None),
                 1 => ((r.below(1 << 20) << 12) as *mut libc::c_void, (r.below(64) as usize + 1) << 12, None),
                 _ => {
@@ -620,7 +622,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
                 libc::munmap(m, len);
             }
         }
-        60..=67 => {
+        60..=67 | 86..=93 => {
             // post_send with hostile WRs
             let Some(qp) = pick(r, &p.qps) else { return };
             let n = 1 + r.below(4) as usize;
@@ -681,7 +683,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
                 st.rec("req_notify_cq", x.0, x.1);
             }
         }
-        77..=79 => {
+        77..=85 => {
             // scribble then ring a doorbell (the kernel consumes what we wrote)
             let maps = lock.read().map(|m| m.clone()).unwrap_or_default();
             for _ in 0..1 + r.below(8) {
@@ -699,6 +701,12 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
                 let x = int_res(vt_post_send(qp, &mut w, &mut bad));
                 st.rec("post_send_after_scribble", x.0, x.1);
             }
+        }
+        94..=97 => {
+            // bring a QP up properly (more QPs in RTS: more of the data path under fire)
+            let (Some(qp), Some(peer)) = (pick(r, &p.qps), pick(r, &p.qps)) else { return };
+            let ok = bring_up(qp, (*peer).qp_num, c, r);
+            st.rec("modify_qp_to_rts", ok.0, ok.1);
         }
         _ => {
             // a whole-context event: close and reopen is not possible with live objects in
