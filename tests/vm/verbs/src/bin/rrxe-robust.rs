@@ -329,16 +329,19 @@ fn fail_nth_path() -> String {
 
 /// Arms fail-nth with `n` (0 disarms); returns the open file to read it back through.
 fn arm(f: &mut std::fs::File, n: u64) -> bool {
-    use std::io::Seek;
-    let _ = f.seek(std::io::SeekFrom::Start(0));
-    f.write_all(n.to_string().as_bytes()).is_ok()
+    // proc's fail-nth has no llseek: positioned I/O (pwrite/pread) only
+    use std::os::unix::fs::FileExt;
+    f.write_at(n.to_string().as_bytes(), 0).is_ok()
 }
 
 fn injected(f: &mut std::fs::File) -> bool {
-    use std::io::{Read, Seek};
-    let _ = f.seek(std::io::SeekFrom::Start(0));
-    let mut s = String::new();
-    let _ = f.read_to_string(&mut s);
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 32];
+    let k = f.read_at(&mut b, 0).unwrap_or(0);
+    let s = String::from_utf8_lossy(&b[..k]).into_owned();
+    if std::env::var_os("RRXE_FAILNTH_DEBUG").is_some() {
+        eprintln!("fail-nth reads {s:?}");
+    }
     s.trim().parse::<u64>().map(|v| v == 0).unwrap_or(false)
 }
 
@@ -593,6 +596,10 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), i32> {
     }
 }
 
+fn rdma_link_delete(name: &str) -> bool {
+    std::process::Command::new("rdma").args(["link", "delete", name]).status().is_ok_and(|s| s.success())
+}
+
 fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
     let name = a.get("--name").unwrap_or("rrxef0").to_owned();
     let netdev = a.get("--netdev").ok_or("--netdev IF needed")?.to_owned();
@@ -615,8 +622,10 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
         arm(&mut f, 0);
         match r {
             Ok(()) => {
-                if let Err(e) = nl_link(4, &name, "", "") {
-                    return Err(format!("DELLINK {name} after fault {n}: {}", ename(e)));
+                if !exists(&name) {
+                    left.push(format!("fault {n}: NEWLINK succeeded but {name} does not exist"));
+                } else if !rdma_link_delete(&name) {
+                    return Err(format!("rdma link delete {name} after fault {n} failed"));
                 }
                 if !inj {
                     break;
@@ -635,7 +644,7 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
                 }
                 if exists(&name) {
                     left.push(format!("fault {n}: {name} exists after {}", ename(e)));
-                    let _ = nl_link(4, &name, "", "");
+                    let _ = rdma_link_delete(&name);
                 }
             }
         }
