@@ -47,3 +47,19 @@ pub(crate) fn synchronize_rcu() {
     // documented contract of this function requires of the caller.
     unsafe { b::synchronize_rcu() };
 }
+
+/// Gives the CPU to another task if one is waiting (`cond_resched`). Process context only,
+/// with bottom halves enabled and no spinlock held (it may sleep).
+pub(crate) fn cond_resched() {
+    // SAFETY: `cond_resched` may sleep; the documented contract of this function requires a
+    // context that may (process context, no spinlock, bottom halves enabled).
+    unsafe { b::rrxe_cond_resched() };
+}
+
+/// Whether the current task has a fatal signal pending (`fatal_signal_pending(current)`): a
+/// long loop in a system call should stop and return.
+pub(crate) fn fatal_signal_pending() -> bool {
+    // SAFETY: reads the current task's signal state; valid in any context (`current` always
+    // exists; in softirq it is the interrupted task, which only makes the answer meaningless).
+    unsafe { b::rrxe_fatal_signal_pending() }
+}

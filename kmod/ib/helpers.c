@@ -77,6 +77,16 @@ void rrxe_local_bh_enable(void)
 	local_bh_enable();
 }
 
+void rrxe_cond_resched(void)
+{
+	cond_resched();
+}
+
+bool rrxe_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
 struct page *rrxe_sg_page(struct scatterlist *sg)
 {
 	return sg_page(sg);
@@ -179,6 +189,11 @@ int rrxe_udp_sock_create6(struct net *net, struct udp_port_cfg *cfg, struct sock
 void rrxe_consume_skb(struct sk_buff *skb)
 {
 	consume_skb(skb);
+}
+
+unsigned long rrxe_msecs_to_jiffies(unsigned int ms)
+{
+	return msecs_to_jiffies(ms);
 }
 
 /* Called from the UDP receive path, which holds the RCU read lock. */

@@ -9,6 +9,7 @@
 #include <linux/highmem.h>
 #include <linux/netdevice.h>
 #include <linux/scatterlist.h>
+#include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/timer.h>
 #include <net/sock.h>
@@ -27,6 +28,8 @@ bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_devi
 /* bh.rs */
 void rrxe_local_bh_disable(void);
 void rrxe_local_bh_enable(void);
+void rrxe_cond_resched(void);
+bool rrxe_fatal_signal_pending(void);
 
 /* umem.rs */
 struct page *rrxe_sg_page(struct scatterlist *sg);
@@ -38,6 +41,7 @@ void rrxe_kunmap_local(const void *addr);
 void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
 unsigned long rrxe_usecs_to_jiffies(unsigned int us);
 unsigned long rrxe_jiffies(void);
+unsigned long rrxe_msecs_to_jiffies(unsigned int ms);
 
 /* sysfs.rs (sysfs_emit is a static inline without CONFIG_SYSFS) */
 int rrxe_sysfs_emit_uint(char *buf, unsigned int v);

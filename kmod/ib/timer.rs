@@ -70,6 +70,24 @@ impl Timer {
         }
     }
 
+    /// Arms (or re-arms) the timer to fire at jiffy `expires` (an absolute time from [`now`]
+    /// plus a delay from [`usecs_to_jiffies`]); `mod_timer` semantics as for [`Timer::arm`].
+    pub(crate) fn arm_at(&self, expires: u64) {
+        // SAFETY: by the type invariant the timer is initialised and pinned; `mod_timer` may be
+        // called from any context, and on a shut-down timer it does nothing. `unsigned long` is
+        // 64 bits wide on the 64-bit targets the module builds for.
+        unsafe { b::mod_timer(self.timer.get(), expires as _) };
+    }
+
+    /// Stops a pending expiry without waiting (`timer_delete`): callable from any context,
+    /// under spinlocks and in the timer's own callback. A callback already running on another
+    /// CPU still finishes, so the owner must recognise a stale expiry itself.
+    pub(crate) fn cancel(&self) {
+        // SAFETY: by the type invariant the timer is initialised and pinned; `timer_delete`
+        // does not sleep and may be called in any context.
+        unsafe { b::timer_delete(self.timer.get()) };
+    }
+
     /// Disarms the timer permanently and waits for a running callback to return
     /// (`timer_shutdown_sync`). Afterwards the callback never runs again, and [`Timer::arm`]
     /// is a no-op. Process context only; never from the callback itself. Idempotent.
@@ -142,4 +160,31 @@ impl PinnedDrop for Timer {
     fn drop(self: Pin<&mut Self>) {
         self.shutdown_sync();
     }
+}
+
+/// The current time in jiffies.
+pub(crate) fn now() -> u64 {
+    // SAFETY: reads the `jiffies` counter (READ_ONCE); no preconditions.
+    unsafe { b::rrxe_jiffies() as u64 }
+}
+
+/// `us` microseconds in jiffies, rounded up, at least 1, saturating at the largest delay the
+/// kernel accepts (`MAX_JIFFY_OFFSET`).
+pub(crate) fn usecs_to_jiffies(us: u64) -> u64 {
+    let j = match u32::try_from(us) {
+        // SAFETY: `usecs_to_jiffies` is a pure conversion (it rounds up).
+        Ok(us) => unsafe { b::rrxe_usecs_to_jiffies(us) as u64 },
+        Err(_) => {
+            let ms = u32::try_from(us.div_ceil(1000)).unwrap_or(u32::MAX);
+            // SAFETY: `msecs_to_jiffies` is a pure conversion (it rounds up and saturates at
+            // MAX_JIFFY_OFFSET).
+            unsafe { b::rrxe_msecs_to_jiffies(ms) as u64 }
+        }
+    };
+    j.max(1)
+}
+
+/// Whether jiffy `t` is at or after jiffy `deadline` (`time_after_eq`, wrap-safe).
+pub(crate) fn reached(t: u64, deadline: u64) -> bool {
+    t.wrapping_sub(deadline) as i64 >= 0
 }

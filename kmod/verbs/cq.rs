@@ -79,10 +79,15 @@ pub(super) fn resize(_dev: &Device<Rrxe>, cq: &RrxeCq, cqe: u32, udata: Option<&
     }
     let cqe = check_cqe(cqe)?;
     if let Some(u) = udata {
+        // Fewer entries than completions waiting: refused, nothing dropped (checked again under
+        // the CQ lock when the rings are swapped).
+        if cq.inner.pending() > cqe {
+            return Err(EINVAL);
+        }
         // A new ring with the unconsumed completions moved over; the old one stays mapped (if
         // the provider still maps it) until unmapped.
         let (ring, slots) = new_ring(u, cqe)?;
-        cq.inner.replace_ring(ring, slots);
+        cq.inner.replace_ring(ring, slots, cqe)?;
     }
     cq.cqe.store(cqe, Ordering::Relaxed);
     Ok(cqe)

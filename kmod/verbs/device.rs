@@ -129,7 +129,7 @@ pub(crate) struct RrxeDev {
 impl RrxeDev {
     pub(crate) fn new(active: bool, netdev: &NetDev) -> Result<impl PinInit<Self, Error>> {
         let stats = DevStats::new()?;
-        let fabric = Arc::pin_init(Fabric::new(netdev)?, GFP_KERNEL)?;
+        let fabric = Arc::pin_init(Fabric::new(netdev, stats.clone())?, GFP_KERNEL)?;
         let published = fabric.clone();
         let key = netdev.key();
         let (ah_ids, qpns, mr_ids) = (Ids::new(1, lim::MAX_AH)?, Ids::new(2, lim::MAX_QP)?, Ids::with_keys(1, lim::MAX_MR)?);

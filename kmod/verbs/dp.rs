@@ -3,26 +3,38 @@
 //! the UDP socket, the send doorbell, packet receive and loopback delivery.
 //!
 //! Processing model: a send doorbell (the provider's `post_send` system call) drains the SQ in
-//! the caller's context, bottom halves disabled, up to a budget per pass; received packets are
-//! handled in the UDP receive softirq; packets to our own GID never touch the network stack and
-//! are delivered in the sender's context from a local queue (no recursion, no workqueue hop).
-//! Every data-path lock (QP, CQ, SRQ, tables) is a spinlock taken with bottom halves disabled.
-//! Lock order: QP, then SRQ or CQ, then a table.
+//! the caller's context, bottom halves disabled, up to a budget per pass, with `cond_resched()`
+//! between passes; received packets are handled in the UDP receive softirq; packets to our own
+//! GID never touch the network stack and are delivered in the sender's context from a
+//! fixed-capacity local queue (an [`Outbox`]: no recursion, no workqueue hop, no allocation).
+//!
+//! Every context bounds its work: a delivery may generate at most a budget of "bulk" packets
+//! (requester packets and READ responses; ACKs are not bulk and each packet delivered yields at
+//! most one), and its queue pushes back ([`Emit::Congested`]) when it fills. Work a context
+//! leaves undone (budget spent, a full queue, a congested wire) is resumed by the QP's
+//! continuation timer one jiffy later, in bounded rounds, or by the doorbell's next pass.
+//!
+//! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
+//! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
 
 use super::av::Path;
+use super::stats::DevStats;
 use crate::ib::{
-    bh::{synchronize_rcu, with_bh_disabled},
+    bh::{self, synchronize_rcu, with_bh_disabled},
     netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
-    udp::{LazyUdp, TxPath, XmitError},
+    timer,
+    udp::{LazyUdp, TxPath},
 };
 use crate::logic::{
     idalloc,
     qp_state::QpState,
     roce,
+    stats::Stat,
     transport::{
-        self as tp, Access, AtomicOp, CqSel, Dest, Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry,
+        self as tp, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, Event, MemError, RecvTake, RecvWr, Resource,
+        RxInfo, SqEntry,
     },
     wire::Packet,
 };
@@ -34,33 +46,41 @@ use core::{
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
 /// The engine with kernel storage.
-pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>>;
+pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 
 /// Packets a doorbell pass may send before the SQ lock is released.
 const BUDGET: u32 = 64;
-/// Passes one doorbell makes at most (the rest waits for ACKs or the next doorbell).
+/// Passes one doorbell makes at most (then the continuation timer takes over).
 const MAX_PASSES: u32 = 1 << 16;
+/// Bulk packets one doorbell pass and its delivery may generate (bottom halves stay disabled
+/// for a pass and its delivery: keep it short).
+const DOORBELL_BULK: u32 = 2 * BUDGET;
+/// Bulk packets one packet from the wire may trigger (an ACK opening the window).
+const RX_BULK: u32 = 4 * BUDGET;
+/// Bulk packets one timer expiry (continuation, retransmit, RNR) may generate.
+const RESUME_BULK: u32 = tp::READ_BURST;
+/// Run-and-deliver rounds one continuation makes at most.
+const RESUME_ROUNDS: u32 = 8;
+/// Loopback packets one delivery holds at most.
+const OUT_CAP: usize = 32;
+/// Queue length from which [`Env::emit`] pushes back (the rest is room for ACKs: every packet
+/// delivered yields at most one, and bulk stops here).
+const OUT_HIGH: usize = 24;
+/// Packets one delivery processes at most (a safety net: the budgets above end it sooner).
+const DELIVER_MAX: u32 = 8 * (RX_BULK + OUT_CAP as u32);
+/// Loopback packet buffers per device, shared by the deliveries in progress.
+const POOL_BUFS: usize = 64;
+/// A loopback buffer: metadata (length, GRH, source and destination GIDs), then the packet.
+const META: usize = 96;
+const META_GRH: usize = 8;
+const META_SRC: usize = META_GRH + tp::GRH_LEN;
+const META_DST: usize = META_SRC + 16;
+const BUF_LEN: usize = META + tp::MAX_PKT;
 
 const PROD: usize = offset_of!(RingHeader, producer);
 const CONS: usize = offset_of!(RingHeader, consumer);
 const FLAGS: usize = offset_of!(RingHeader, flags);
 const HDR: usize = uapi::RING_HEADER_SIZE;
-
-/// Device-wide data-path drop and error counters (not exported yet: a counters interface
-/// (rdma statistic / hw_counters) is future work; the engine keeps per-QP counters too).
-#[derive(Default)]
-pub(crate) struct DpCounters {
-    pub(crate) rx_no_qp: AtomicU64,
-    pub(crate) rx_malformed: AtomicU64,
-    pub(crate) tx_no_ah: AtomicU64,
-    pub(crate) tx_err: AtomicU64,
-    pub(crate) alloc_fail: AtomicU64,
-    pub(crate) bad_ring: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
 
 /// A table of objects by small index, reachable from any context.
 #[pin_data]
@@ -128,25 +148,38 @@ pub(crate) struct Fabric {
     pub(crate) mrs: Table<MrInner>,
     #[pin]
     pub(crate) ahs: Table<AhInner>,
-    pub(crate) counters: DpCounters,
+    /// Device-wide data-path counters (`rdma statistic`).
+    pub(crate) stats: Arc<DevStats>,
+    /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
+    pub(crate) bad_rings: AtomicU64,
+    /// Free loopback packet buffers ([`POOL_BUFS`] in all, lent to deliveries).
+    #[pin]
+    pool: SpinLock<Pool>,
     /// The RoCEv2 socket of the netdev's namespace, opened on first use.
     #[pin]
     pub(crate) udp: LazyUdp,
 }
 
 impl Fabric {
-    pub(crate) fn new(netdev: &NetDev) -> Result<impl PinInit<Self, Error>> {
+    pub(crate) fn new(netdev: &NetDev, stats: Arc<DevStats>) -> Result<impl PinInit<Self, Error>> {
         let (q, m, a) = (
             Table::new(crate::logic::limits::MAX_QP + 64)?,
             Table::new(crate::logic::limits::MAX_MR + 64)?,
             Table::new(crate::logic::limits::MAX_AH + 64)?,
         );
         let udp = LazyUdp::new(netdev);
+        let mut bufs = KVec::with_capacity(POOL_BUFS, GFP_KERNEL)?;
+        for _ in 0..POOL_BUFS {
+            bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
+        }
+        let bufs = Pool { bufs, free: POOL_BUFS };
         Ok(try_pin_init!(Fabric {
             qps <- q,
             mrs <- m,
             ahs <- a,
-            counters: DpCounters::default(),
+            stats,
+            bad_rings: AtomicU64::new(0),
+            pool <- new_spinlock!(bufs, "rrxe:lbpool"),
             udp <- udp,
         }? Error))
     }
@@ -160,8 +193,10 @@ impl Fabric {
         self.udp.open(rx_wire)
     }
 
-    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> Result<(), XmitError> {
-        let sgid = path.av.sgid.map(|s| s.gid).ok_or(XmitError::Failed(EINVAL))?;
+    /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
+    /// refused or dropped it).
+    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> bool {
+        let Some(sgid) = path.av.sgid.map(|s| s.gid) else { return false };
         let tx = TxPath {
             sgid,
             dgid: path.av.dgid,
@@ -171,7 +206,30 @@ impl Fabric {
             hop_limit: path.hop_limit,
             flow_label: path.av.flow_label,
         };
-        self.udp.xmit(&tx, pkt)
+        self.udp.xmit(&tx, pkt).is_ok()
+    }
+}
+
+/// Loopback packet buffers: `bufs[..free]` are free, the others lent out (a stack whose
+/// storage never grows).
+struct Pool {
+    bufs: KVec<Option<KVec<u8>>>,
+    free: usize,
+}
+
+impl Pool {
+    fn take(&mut self) -> Option<KVec<u8>> {
+        let i = self.free.checked_sub(1)?;
+        let b = self.bufs[i].take()?;
+        self.free = i;
+        Some(b)
+    }
+
+    fn give(&mut self, b: KVec<u8>) {
+        if let Some(slot) = self.bufs.get_mut(self.free) {
+            *slot = Some(b);
+            self.free += 1;
+        }
     }
 }
 
@@ -252,14 +310,35 @@ impl CqInner {
         })
     }
 
-    /// Replaces the ring (resize), carrying over completions not yet consumed.
-    pub(crate) fn replace_ring(&self, new: SharedRing, slots: u32) {
+    /// Completions written and not yet consumed (as far as the consumer index tells; at most
+    /// the ring's size).
+    pub(crate) fn pending(&self) -> u32 {
+        with_bh_disabled(|| {
+            let st = self.st.lock();
+            Self::pending_locked(&st)
+        })
+    }
+
+    fn pending_locked(st: &CqRing) -> u32 {
+        match st.ring.as_ref() {
+            Some(r) => st.prod.wrapping_sub(r.load_acquire(CONS)).min(st.slots),
+            None => 0,
+        }
+    }
+
+    /// Replaces the ring (resize to `cqe` entries in `slots` slots), carrying over completions
+    /// not yet consumed. `EINVAL`, with nothing changed or dropped, when more than `cqe` are
+    /// pending (the check and the swap are one step under the CQ lock).
+    pub(crate) fn replace_ring(&self, new: SharedRing, slots: u32, cqe: u32) -> Result {
         let old = with_bh_disabled(|| {
             let mut st = self.st.lock();
+            let pending = Self::pending_locked(&st);
+            if pending > cqe || pending > slots {
+                return Err(EINVAL);
+            }
             let mut moved = 0u32;
             if let Some(old) = st.ring.as_ref() {
                 let cons = old.load_acquire(CONS);
-                let pending = st.prod.wrapping_sub(cons).min(st.slots).min(slots);
                 let mut buf = [0u8; uapi::CQE_SIZE];
                 for i in 0..pending {
                     let idx = cons.wrapping_add(i);
@@ -274,9 +353,10 @@ impl CqInner {
             st.prod = moved;
             st.slots = slots;
             st.overflowed = false;
-            st.ring.replace(new)
-        });
+            Ok(st.ring.replace(new))
+        })?;
         drop(old);
+        Ok(())
     }
 }
 
@@ -287,6 +367,8 @@ struct SrqRing {
     slot_size: usize,
     cons: u32,
     limit: u32,
+    /// The producer index was found out of range: the ring is not read again.
+    broken: bool,
 }
 
 /// A shared receive queue as the data path sees it.
@@ -303,7 +385,7 @@ impl SrqInner {
     pub(crate) fn new(ring: SharedRing, slots: u32, slot_size: usize, max_wr: u32, max_sge: u32, limit: u32, ev: SrqRef)
         -> impl PinInit<Self, Error> {
         try_pin_init!(SrqInner {
-            st <- new_spinlock!(SrqRing { ring, slots, slot_size, cons: 0, limit }, "rrxe:srq"),
+            st <- new_spinlock!(SrqRing { ring, slots, slot_size, cons: 0, limit, broken: false }, "rrxe:srq"),
             ev,
             max_wr,
             max_sge,
@@ -323,7 +405,7 @@ impl SrqInner {
         let r = {
             let mut st = self.st.lock();
             let st = &mut *st;
-            let r = take_from_ring(&st.ring, st.slots, st.slot_size, &mut st.cons, self.max_sge, out);
+            let r = take_from_ring(&st.ring, st.slots, st.slot_size, &mut st.cons, &mut st.broken, self.max_sge, out);
             if r == RecvTake::Taken && st.limit != 0 {
                 let left = st.ring.load_acquire(PROD).wrapping_sub(st.cons);
                 if left < st.limit {
@@ -340,9 +422,15 @@ impl SrqInner {
     }
 }
 
-/// Takes the next receive WQE from a ring whose kernel-side consumer index is `cons`.
-fn take_from_ring(ring: &SharedRing, slots: u32, slot_size: usize, cons: &mut u32, max_sge: u32, out: &mut RecvWr)
-    -> RecvTake {
+/// Takes the next receive WQE from a ring whose kernel-side consumer index is `cons`. A
+/// producer index out of range breaks the ring for good: `broken` latches, this call answers
+/// [`RecvTake::Bad`] (the engine moves the QP to ERR once) and later calls [`RecvTake::Empty`]
+/// without reading the ring again.
+fn take_from_ring(ring: &SharedRing, slots: u32, slot_size: usize, cons: &mut u32, broken: &mut bool, max_sge: u32,
+    out: &mut RecvWr) -> RecvTake {
+    if *broken {
+        return RecvTake::Empty;
+    }
     let prod = ring.load_acquire(PROD);
     let avail = prod.wrapping_sub(*cons);
     if avail == 0 {
@@ -350,6 +438,7 @@ fn take_from_ring(ring: &SharedRing, slots: u32, slot_size: usize, cons: &mut u3
     }
     if avail > slots {
         // The producer index is garbage: this process broke its own queue.
+        *broken = true;
         return RecvTake::Bad;
     }
     let mut buf = [0u8; uapi::recv_slot_size(crate::logic::limits::MAX_SGE)];
@@ -367,26 +456,46 @@ fn take_from_ring(ring: &SharedRing, slots: u32, slot_size: usize, cons: &mut u3
     }
 }
 
+/// The shell's own state of a QP (guarded by the QP lock, next to the engine).
+pub(crate) struct Shell {
+    /// The connected path (RC/UC).
+    path: Option<Path>,
+    /// Kernel-side consumer indices of the SQ and RQ rings.
+    sq_cons: u32,
+    rq_cons: u32,
+    /// A ring index was found out of range: that ring is not read again (until RESET).
+    sq_broken: bool,
+    rq_broken: bool,
+    /// When the retransmit timer is due (jiffies); `None` while stopped. An expiry before it
+    /// (a timer restarted or stopped while its callback was already running) is stale.
+    retry_at: Option<u64>,
+    /// Work was left that the continuation timer must resume.
+    resume: bool,
+    /// The wire refused a packet during the current call.
+    congested: bool,
+}
+
 /// Engine state of a QP (guarded by the QP lock).
 pub(crate) struct QpData {
     pub(crate) eng: Eng,
     scratch: KVec<u8>,
-    /// The connected path (RC/UC).
-    pub(crate) path: Option<Path>,
-    /// Kernel-side consumer indices of the SQ and RQ rings.
-    sq_cons: u32,
-    rq_cons: u32,
+    sh: Shell,
 }
 
 /// A QP as the data path sees it.
 #[pin_data]
 pub(crate) struct QpInner {
-    /// The RNR timer; first, so that it is shut down before anything else is dropped.
+    /// The RNR timer; the timers come first, so that they are shut down before anything else
+    /// is dropped.
     #[pin]
-    timer: crate::ib::timer::Timer,
-    /// Paces owed READ responses on the wire (fires on the next tick).
+    timer: timer::Timer,
+    /// The continuation: resumes work a bounded context left (owed READ responses, a congested
+    /// wire, a spent budget) on the next tick.
     #[pin]
-    pace: crate::ib::timer::Timer,
+    pace: timer::Timer,
+    /// The retransmit timer.
+    #[pin]
+    retry: timer::Timer,
     pub(crate) qpn: u32,
     pd: usize,
     max_recv_sge: u32,
@@ -416,10 +525,33 @@ pub(crate) struct QpParts {
     pub(crate) fabric: Arc<Fabric>,
 }
 
+/// How a doorbell pass ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PassEnd {
+    /// Another pass can do more now.
+    More,
+    /// Nothing more to do now (the ring is empty, or the requester waits for the peer).
+    Idle,
+    /// The wire pushed back: the continuation timer resumes; the doorbell ends.
+    Paced,
+    /// The SQ ring is broken (the QP is in ERR): the doorbell ends.
+    Broken,
+}
+
 impl QpInner {
     pub(crate) fn new(p: QpParts) -> Result<impl PinInit<Self, Error>> {
         let scratch = KVec::from_elem(0u8, tp::MAX_PKT, GFP_KERNEL)?;
-        let data = QpData { eng: p.eng, scratch, path: None, sq_cons: 0, rq_cons: 0 };
+        let sh = Shell {
+            path: None,
+            sq_cons: 0,
+            rq_cons: 0,
+            sq_broken: false,
+            rq_broken: false,
+            retry_at: None,
+            resume: false,
+            congested: false,
+        };
+        let data = QpData { eng: p.eng, scratch, sh };
         Ok(try_pin_init!(QpInner {
             qpn: p.qpn,
             pd: p.pd,
@@ -432,15 +564,17 @@ impl QpInner {
             srq: p.srq,
             ev: p.ev,
             fabric: p.fabric,
-            timer <- crate::ib::timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
-            pace <- crate::ib::timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
+            timer <- timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
+            pace <- timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
+            retry <- timer::Timer::for_owner::<QpInner, TIMER_RETRY>(),
         }? Error))
     }
 
     /// Connects the timers to this QP (right after creation).
     pub(crate) fn bind_timer(&self, me: &Arc<QpInner>) -> Result {
         self.timer.bind(me)?;
-        self.pace.bind(me)
+        self.pace.bind(me)?;
+        self.retry.bind(me)
     }
 
     /// The SRQ's SGE limit (0 without an SRQ).
@@ -452,32 +586,89 @@ impl QpInner {
     pub(crate) fn shutdown(&self) {
         self.timer.shutdown_sync();
         self.pace.shutdown_sync();
+        self.retry.shutdown_sync();
     }
 
-    /// Sends owed READ responses: all at once to ourselves, a burst per tick on the wire.
-    fn run_responder(&self, d: &mut QpData, cx: &mut Ctx<'_>) {
-        if !d.eng.responder_pending() {
+    fn ctx<'a, 'o>(&'a self, sh: &'a mut Shell, out: &'a mut Outbox<'o>) -> Ctx<'a, 'o> {
+        sh.congested = false;
+        Ctx { qp: self, sh, out }
+    }
+
+    /// Arms the continuation for the next tick if the call that just ended left work.
+    fn finish(&self, sh: &mut Shell) {
+        if core::mem::take(&mut sh.resume) {
+            self.resume_later();
+        }
+    }
+
+    fn resume_later(&self) {
+        self.pace.arm_at(timer::now().wrapping_add(1));
+    }
+
+    /// Runs the requester for at most `max` packets within the delivery's budget; notes a
+    /// continuation when it stops with work left for a reason other than the RC window or
+    /// `max_rd_atomic` (those reopen with an ACK).
+    fn run_req(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>, max: u32) -> u32 {
+        let b = max.min(cx.out.room());
+        if b == 0 {
+            if eng.requester_ready() {
+                cx.sh.resume = true;
+            }
+            return 0;
+        }
+        let sent = eng.run_requester(cx, scratch, b);
+        cx.out.spend(sent);
+        if eng.requester_ready() && (sent == b || cx.out.len >= OUT_HIGH || cx.sh.congested) {
+            cx.sh.resume = true;
+        }
+        sent
+    }
+
+    /// Sends owed READ/atomic responses within the delivery's budget (at most a burst: on the
+    /// wire a 1 MiB READ must not overflow the receiver's backlog); the continuation sends the
+    /// rest, a burst per tick.
+    fn run_resp(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>) {
+        if !eng.responder_pending() {
             return;
         }
-        let budget = if d.path.is_some_and(|p| p.loopback) { u32::MAX } else { tp::READ_BURST };
-        d.eng.run_responder(cx, &mut d.scratch, budget);
-        if d.eng.responder_pending() {
-            self.pace.arm(0);
+        let b = tp::READ_BURST.min(cx.out.room());
+        if b > 0 {
+            let sent = eng.run_responder(cx, scratch, b);
+            cx.out.spend(sent);
+        }
+        if eng.responder_pending() {
+            cx.sh.resume = true;
         }
     }
 
-    fn pace_expired(&self) {
+    /// The continuation timer fired: bounded rounds of responder and requester, each followed
+    /// by local delivery; re-armed while work is left.
+    fn resume(&self) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new();
-            {
-                let mut g = self.st.lock();
-                let d = &mut *g;
-                let mut rq_cons = d.rq_cons;
-                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut rq_cons };
-                self.run_responder(d, &mut cx);
-                d.rq_cons = rq_cons;
+            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
+            for round in 0..RESUME_ROUNDS {
+                let again = {
+                    let mut g = self.st.lock();
+                    let d = &mut *g;
+                    let mut cx = self.ctx(&mut d.sh, &mut out);
+                    self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
+                    d.eng.flush_ack(&mut cx, &mut d.scratch);
+                    self.pull_sq(&mut d.eng, &mut cx);
+                    d.eng.flush_if_err(&mut cx);
+                    self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+                    let again = cx.sh.resume && !cx.sh.congested && cx.out.bulk > 0 && round + 1 < RESUME_ROUNDS;
+                    if again {
+                        // The next round decides afresh.
+                        cx.sh.resume = false;
+                    }
+                    self.finish(cx.sh);
+                    again
+                };
+                deliver(&self.fabric, &mut out);
+                if !again {
+                    break;
+                }
             }
-            deliver(&self.fabric, &mut out);
         });
     }
 
@@ -485,24 +676,23 @@ impl QpInner {
     pub(crate) fn apply(&self, cfg: tp::Config, path: Option<Path>, sq_psn: Option<u32>, rq_psn: Option<u32>,
         state: Option<(QpState, bool)>) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new();
+            let mut out = Outbox::new(&self.fabric, 0, None);
             {
                 let mut g = self.st.lock();
                 let d = &mut *g;
                 d.eng.set_config(cfg);
                 if path.is_some() {
-                    d.path = path;
+                    d.sh.path = path;
                 }
                 if let Some((QpState::Reset, _)) = state {
-                    Self::discard_rings(d, self);
+                    Self::discard_rings(&mut d.sh, self);
                 }
-                let mut rq_cons = d.rq_cons;
-                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut rq_cons };
+                let mut cx = self.ctx(&mut d.sh, &mut out);
                 if let Some((s, notify)) = state {
                     d.eng.set_state(&mut cx, s, notify);
                 }
                 d.eng.set_psns(sq_psn, rq_psn);
-                d.rq_cons = rq_cons;
+                self.finish(cx.sh);
             }
             deliver(&self.fabric, &mut out);
         });
@@ -517,184 +707,329 @@ impl QpInner {
     }
 
     /// Moves new WQEs from the shared SQ into the engine. Returns whether the ring still has
-    /// WQEs the engine had no room for.
-    fn pull_sq(&self, d: &mut QpData, cx: &mut Ctx<'_>) -> bool {
+    /// WQEs the engine had no room for. A producer index out of range breaks the ring for good:
+    /// the QP goes to ERR (QP_FATAL on that transition only) and the ring is not read again.
+    fn pull_sq(&self, eng: &mut Eng, cx: &mut Ctx<'_, '_>) -> bool {
         let Some((ring, slots, slot_size)) = &self.sq else { return false };
+        if cx.sh.sq_broken {
+            return false;
+        }
         let prod = ring.load_acquire(PROD);
-        let avail = prod.wrapping_sub(d.sq_cons);
+        let avail = prod.wrapping_sub(cx.sh.sq_cons);
         if avail > *slots {
-            bump(&self.fabric.counters.bad_ring);
-            let e = &mut d.eng;
-            e.set_state(cx, QpState::Err, false);
-            self.ev.event(QpEvent::Fatal);
+            cx.sh.sq_broken = true;
+            self.fabric.bad_rings.fetch_add(1, Ordering::Relaxed);
+            let was_err = eng.state() == QpState::Err;
+            eng.set_state(cx, QpState::Err, false);
+            if !was_err {
+                self.ev.event(QpEvent::Fatal);
+            }
             return false;
         }
         let mut n = 0;
         while n < avail {
-            let Some(slot) = d.eng.sq_slot_mut() else { break };
-            let off = HDR + (d.sq_cons & (*slots - 1)) as usize * *slot_size;
+            let Some(slot) = eng.sq_slot_mut() else { break };
+            let off = HDR + (cx.sh.sq_cons & (*slots - 1)) as usize * *slot_size;
             let len = slot.len().min(*slot_size);
             if ring.read(off, &mut slot[..len]).is_err() {
                 break;
             }
-            d.eng.sq_pushed(cx);
-            d.sq_cons = d.sq_cons.wrapping_add(1);
+            eng.sq_pushed(cx);
+            cx.sh.sq_cons = cx.sh.sq_cons.wrapping_add(1);
             n += 1;
         }
         if n > 0 {
-            ring.store_release(CONS, d.sq_cons);
+            ring.store_release(CONS, cx.sh.sq_cons);
         }
         n < avail
     }
 
-    /// One doorbell pass: pull, flush in ERR, send up to the budget. Returns whether work is
-    /// left that a further pass could do now.
-    fn pass(&self, out: &mut Outbox) -> bool {
+    /// One doorbell pass: pull, flush in ERR, send up to the budget.
+    fn pass(&self, out: &mut Outbox<'_>) -> PassEnd {
         let mut g = self.st.lock();
         let d = &mut *g;
-        let mut rq_cons = d.rq_cons;
-        let more = {
-            let mut cx = Ctx { qp: self, path: d.path, out, rq_cons: &mut rq_cons };
-            let ring_left = self.pull_sq(d, &mut cx);
-            d.eng.flush_if_err(&mut cx);
-            let sent = d.eng.run_requester(&mut cx, &mut d.scratch, BUDGET);
-            // Another pass helps when the budget ran out, or when WQEs wait in the ring and
-            // sending made room for them.
-            (sent == BUDGET && d.eng.requester_ready()) || (ring_left && d.eng.sq_room() > 0)
+        if d.sh.sq_broken {
+            return PassEnd::Broken;
+        }
+        let mut cx = self.ctx(&mut d.sh, out);
+        let ring_left = self.pull_sq(&mut d.eng, &mut cx);
+        if cx.sh.sq_broken {
+            self.finish(cx.sh);
+            return PassEnd::Broken;
+        }
+        d.eng.flush_if_err(&mut cx);
+        let sent = self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+        let end = if cx.sh.congested {
+            PassEnd::Paced
+        } else if (sent > 0 && d.eng.requester_ready()) || (ring_left && d.eng.sq_room() > 0) {
+            PassEnd::More
+        } else {
+            PassEnd::Idle
         };
-        d.rq_cons = rq_cons;
-        more
+        if end != PassEnd::Paced {
+            // The doorbell's next pass does what the requester left.
+            cx.sh.resume = false;
+        }
+        self.finish(cx.sh);
+        end
     }
 
     fn sq_pending(&self) -> bool {
         let Some((ring, _, _)) = &self.sq else { return false };
         let d = self.st.lock();
-        ring.load_acquire(PROD) != d.sq_cons && d.eng.sq_room() > 0
+        !d.sh.sq_broken && ring.load_acquire(PROD) != d.sh.sq_cons && d.eng.sq_room() > 0
     }
 
-    /// The send doorbell (process context).
+    /// The send doorbell (process context). Keeps the `SQ_FLAG_KERNEL_BUSY` protocol of
+    /// `provider/src/ring/mod.rs`: BUSY is set only for passes that end in clear-BUSY, full
+    /// fence, re-check of the producer. Passes repeat while the QP has work it can do now, with
+    /// `cond_resched()` in between; a pending fatal signal, a broken ring or a congested wire
+    /// ends the doorbell (the continuation timer resumes what is left).
     pub(crate) fn doorbell(&self) -> Result {
         let Some((ring, _, _)) = &self.sq else { return Err(EINVAL) };
         for _ in 0..MAX_PASSES {
             ring.store_release(FLAGS, uapi::SQ_FLAG_KERNEL_BUSY);
-            let more = with_bh_disabled(|| {
-                let mut out = Outbox::new();
-                let more = self.pass(&mut out);
+            let end = with_bh_disabled(|| {
+                let mut out = Outbox::new(&self.fabric, DOORBELL_BULK, Some(self));
+                let end = self.pass(&mut out);
                 deliver(&self.fabric, &mut out);
-                more
+                // An ACK delivered to us opened the window: the next pass sends.
+                if end == PassEnd::Idle && out.driver_go { PassEnd::More } else { end }
             });
-            if more {
-                continue;
+            match end {
+                PassEnd::Broken | PassEnd::Paced => {
+                    ring.store_release(FLAGS, 0);
+                    return Ok(());
+                }
+                PassEnd::More | PassEnd::Idle => {}
             }
-            ring.store_release(FLAGS, 0);
-            fence(Ordering::SeqCst);
-            if !with_bh_disabled(|| self.sq_pending()) {
+            if end == PassEnd::Idle {
+                ring.store_release(FLAGS, 0);
+                fence(Ordering::SeqCst);
+                if !with_bh_disabled(|| self.sq_pending()) {
+                    return Ok(());
+                }
+            }
+            if bh::fatal_signal_pending() {
+                ring.store_release(FLAGS, 0);
+                self.resume_later();
                 return Ok(());
             }
+            bh::cond_resched();
         }
         ring.store_release(FLAGS, 0);
+        self.resume_later();
         Ok(())
     }
 
     /// Handles a packet for this QP (bottom halves disabled).
-    fn rx(&self, pkt: &Packet<'_>, info: &RxInfo, out: &mut Outbox) {
+    fn rx(&self, pkt: &Packet<'_>, info: &RxInfo, out: &mut Outbox<'_>) {
         let mut g = self.st.lock();
         let d = &mut *g;
-        let mut rq_cons = d.rq_cons;
-        {
-            let mut cx = Ctx { qp: self, path: d.path, out, rq_cons: &mut rq_cons };
-            let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
-            self.run_responder(d, &mut cx);
-            d.eng.flush_ack(&mut cx, &mut d.scratch);
-            if go {
-                self.pull_sq(d, &mut cx);
-                d.eng.run_requester(&mut cx, &mut d.scratch, BUDGET * 4);
+        let mut cx = self.ctx(&mut d.sh, out);
+        let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
+        self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
+        d.eng.flush_ack(&mut cx, &mut d.scratch);
+        if go {
+            if cx.out.drives(self) {
+                // Our own doorbell delivers this: its next pass sends.
+                cx.out.driver_go = true;
+            } else {
+                self.pull_sq(&mut d.eng, &mut cx);
+                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET * 4);
             }
         }
-        d.rq_cons = rq_cons;
+        self.finish(cx.sh);
     }
 
     /// The RNR timer fired.
     fn rnr_expired(&self) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new();
+            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
             {
                 let mut g = self.st.lock();
                 let d = &mut *g;
                 d.eng.rnr_timer_expired();
-                let mut rq_cons = d.rq_cons;
-                let mut cx = Ctx { qp: self, path: d.path, out: &mut out, rq_cons: &mut rq_cons };
-                d.eng.run_requester(&mut cx, &mut d.scratch, BUDGET * 4);
-                d.rq_cons = rq_cons;
+                let mut cx = self.ctx(&mut d.sh, &mut out);
+                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+                self.finish(cx.sh);
             }
             deliver(&self.fabric, &mut out);
         });
     }
 
-    /// Discards everything posted to the rings (the QP went to RESET).
-    pub(crate) fn discard_rings(d: &mut QpData, qp: &QpInner) {
+    /// The retransmit timer fired: unless stale (stopped or restarted meanwhile), the engine
+    /// goes back N, then a bounded run of the requester.
+    fn retry_expired(&self) {
+        with_bh_disabled(|| {
+            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
+            {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                match d.sh.retry_at {
+                    Some(at) if timer::reached(timer::now(), at) => d.sh.retry_at = None,
+                    _ => return,
+                }
+                let mut cx = self.ctx(&mut d.sh, &mut out);
+                d.eng.retry_timer_expired(&mut cx);
+                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+                self.finish(cx.sh);
+            }
+            deliver(&self.fabric, &mut out);
+        });
+    }
+
+    /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
+    /// again, so a broken one is read again.
+    fn discard_rings(sh: &mut Shell, qp: &QpInner) {
         if let Some((r, _, _)) = &qp.sq {
-            d.sq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, d.sq_cons);
+            sh.sq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.sq_cons);
         }
         if let Some((r, _, _)) = &qp.rq {
-            d.rq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, d.rq_cons);
+            sh.rq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.rq_cons);
         }
+        sh.sq_broken = false;
+        sh.rq_broken = false;
     }
 }
 
 const TIMER_RNR: u32 = 0;
 const TIMER_PACE: u32 = 1;
+const TIMER_RETRY: u32 = 2;
 
-impl crate::ib::timer::TimerOwner for QpInner {
+impl timer::TimerOwner for QpInner {
     fn timer_fired(&self, id: u32) {
-        if id == TIMER_RNR {
-            self.rnr_expired();
-        } else {
-            self.pace_expired();
+        match id {
+            TIMER_RNR => self.rnr_expired(),
+            TIMER_RETRY => self.retry_expired(),
+            _ => self.resume(),
         }
     }
 }
 
-/// Loopback packets waiting for delivery.
-pub(crate) struct Outbox {
-    pkts: KVec<(KVec<u8>, [u8; tp::GRH_LEN])>,
+/// Loopback packets waiting for delivery: a fixed-capacity queue of buffers borrowed from the
+/// device's pool, and the budget of bulk packets the delivery may still generate. Used with
+/// bottom halves disabled only.
+pub(crate) struct Outbox<'f> {
+    pool: &'f SpinLock<Pool>,
+    q: [Option<KVec<u8>>; OUT_CAP],
+    head: usize,
+    len: usize,
+    /// Bulk packets (requester, READ responses) this delivery may still generate.
+    bulk: u32,
+    /// The QP whose doorbell drives this delivery (its address), if any.
+    driver: usize,
+    /// An ACK delivered to the driver opened its window.
+    driver_go: bool,
 }
 
-impl Outbox {
-    fn new() -> Self {
-        Outbox { pkts: KVec::new() }
+impl<'f> Outbox<'f> {
+    fn new(fabric: &'f Fabric, bulk: u32, driver: Option<&QpInner>) -> Self {
+        Outbox {
+            pool: &fabric.pool,
+            q: [const { None }; OUT_CAP],
+            head: 0,
+            len: 0,
+            bulk,
+            driver: driver.map_or(0, |q| q as *const QpInner as usize),
+            driver_go: false,
+        }
+    }
+
+    fn drives(&self, qp: &QpInner) -> bool {
+        self.driver == qp as *const QpInner as usize
+    }
+
+    /// Bulk packets that may be generated now: none once the queue reached its high mark.
+    fn room(&self) -> u32 {
+        if self.len >= OUT_HIGH { 0 } else { self.bulk }
+    }
+
+    fn spend(&mut self, n: u32) {
+        self.bulk = self.bulk.saturating_sub(n);
+    }
+
+    /// Queues a packet. `None`: dropped (queue or pool exhausted); `Some(full)`: queued, and
+    /// `full` says the queue reached its high mark.
+    fn push(&mut self, pkt: &[u8], grh: &[u8; tp::GRH_LEN], src: [u8; 16], dst: [u8; 16]) -> Option<bool> {
+        if self.len >= OUT_CAP || pkt.len() > BUF_LEN - META {
+            return None;
+        }
+        let mut buf = self.pool.lock().take()?;
+        buf[0..2].copy_from_slice(&(pkt.len() as u16).to_ne_bytes());
+        buf[META_GRH..META_SRC].copy_from_slice(grh);
+        buf[META_SRC..META_DST].copy_from_slice(&src);
+        buf[META_DST..META_DST + 16].copy_from_slice(&dst);
+        buf[META..META + pkt.len()].copy_from_slice(pkt);
+        self.q[(self.head + self.len) % OUT_CAP] = Some(buf);
+        self.len += 1;
+        Some(self.len >= OUT_HIGH)
+    }
+
+    fn pop(&mut self) -> Option<KVec<u8>> {
+        if self.len == 0 {
+            return None;
+        }
+        let b = self.q[self.head].take();
+        self.head = (self.head + 1) % OUT_CAP;
+        self.len -= 1;
+        b
+    }
+
+    /// Gives a buffer back to the pool (no allocation).
+    fn release(&self, buf: KVec<u8>) {
+        self.pool.lock().give(buf);
+    }
+}
+
+impl Drop for Outbox<'_> {
+    fn drop(&mut self) {
+        while let Some(b) = self.pop() {
+            self.release(b);
+        }
     }
 }
 
 /// Delivers queued loopback packets (and those their processing queues) to `fabric`'s QPs.
-fn deliver(fabric: &Fabric, out: &mut Outbox) {
-    let mut i = 0;
-    while i < out.pkts.len() {
-        let (bytes, grh) = core::mem::replace(&mut out.pkts[i], (KVec::new(), [0; tp::GRH_LEN]));
-        i += 1;
-        // `bytes` is freed right after use; only the small list entries accumulate.
-        rx_packet(fabric, &bytes, grh, out);
+fn deliver(fabric: &Fabric, out: &mut Outbox<'_>) {
+    let mut n = 0u32;
+    while let Some(buf) = out.pop() {
+        n += 1;
+        if n > DELIVER_MAX {
+            fabric.stats.add(Stat::TxDrops, 1);
+        } else {
+            let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]])).min(BUF_LEN - META);
+            let mut grh = [0u8; tp::GRH_LEN];
+            grh.copy_from_slice(&buf[META_GRH..META_SRC]);
+            let mut src = [0u8; 16];
+            src.copy_from_slice(&buf[META_SRC..META_DST]);
+            let mut dst = [0u8; 16];
+            dst.copy_from_slice(&buf[META_DST..META_DST + 16]);
+            rx_packet(fabric, &buf[META..META + len], &RxInfo { grh, src, dst }, out);
+        }
+        out.release(buf);
     }
-    out.pkts = KVec::new();
 }
 
-/// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `grh` is the GRH a
-/// UD receiver gets; loopback packets synthesise one.
-pub(crate) fn rx_packet(fabric: &Fabric, bytes: &[u8], grh: [u8; tp::GRH_LEN], out: &mut Outbox) {
+/// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `info.grh` is the GRH
+/// a UD receiver gets (loopback packets synthesise one).
+fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>) {
     let pkt = match Packet::parse(bytes) {
         Ok(p) => p,
         Err(_) => {
-            bump(&fabric.counters.rx_malformed);
+            fabric.stats.add(Stat::RxBadHeaders, 1);
             return;
         }
     };
+    fabric.stats.add(Stat::RcvdPkts, 1);
+    fabric.stats.add(Stat::RcvdBytes, bytes.len() as u64);
     let Some(qp) = fabric.qps.get(pkt.bth().dest_qp) else {
-        bump(&fabric.counters.rx_no_qp);
+        fabric.stats.add(Stat::RxUnknownQp, 1);
         return;
     };
-    qp.rx(&pkt, &RxInfo { grh }, out);
+    qp.rx(&pkt, info, out);
 }
 
 /// The GRH of a packet that went from `path`'s destination back to us (loopback: both ends are
@@ -705,14 +1040,13 @@ fn loopback_grh(p: &Path, len: usize) -> [u8; tp::GRH_LEN] {
 }
 
 /// The engine's environment for one QP, valid while its lock is held.
-pub(crate) struct Ctx<'a> {
+pub(crate) struct Ctx<'a, 'o> {
     qp: &'a QpInner,
-    path: Option<Path>,
-    out: &'a mut Outbox,
-    rq_cons: &'a mut u32,
+    sh: &'a mut Shell,
+    out: &'a mut Outbox<'o>,
 }
 
-impl Ctx<'_> {
+impl Ctx<'_, '_> {
     fn mr(&self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(Arc<MrInner>, u64), MemError> {
         let m = self.qp.fabric.mrs.get(idalloc::key_index(key)).ok_or(MemError::BadKey)?;
         if m.key != key {
@@ -739,7 +1073,7 @@ impl Ctx<'_> {
     }
 }
 
-impl Env for Ctx<'_> {
+impl Env for Ctx<'_, '_> {
     fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError> {
         if len == 0 {
             return Ok(());
@@ -772,34 +1106,54 @@ impl Env for Ctx<'_> {
         .map_err(|_| MemError::Bounds)
     }
 
-    fn emit(&mut self, pkt: &[u8], dest: Dest) {
+    /// Loopback packets join the delivery's queue ([`Emit::Congested`] from its high mark on:
+    /// the delivery drains it before more is generated); wire packets go to the UDP socket
+    /// ([`Emit::Congested`] when the stack refused or dropped one: the continuation resumes on
+    /// the next tick, so a congested path paces itself). A packet with no path or AH is
+    /// dropped (that does not get better later).
+    fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
         let fab = &self.qp.fabric;
         let (path, sport) = match dest {
-            Dest::Connected => match self.path {
+            Dest::Connected => match self.sh.path {
                 Some(p) => (p, p.udp_sport),
                 None => {
-                    bump(&fab.counters.tx_err);
-                    return;
+                    fab.stats.add(Stat::TxDrops, 1);
+                    return Emit::Sent;
                 }
             },
             Dest::Ah { ah, qpn } => match fab.ahs.get(ah).filter(|a| a.pd == self.qp.pd) {
                 Some(a) => (a.path, roce::udp_sport(a.path.av.flow_label, self.qp.qpn, qpn)),
                 None => {
-                    bump(&fab.counters.tx_no_ah);
-                    return;
+                    fab.stats.add(Stat::TxDrops, 1);
+                    return Emit::Sent;
                 }
             },
         };
         if path.loopback {
-            let mut v = KVec::new();
+            let src = path.av.sgid.map(|s| s.gid).unwrap_or(path.av.dgid);
             let grh = loopback_grh(&path, pkt.len());
-            if v.extend_from_slice(pkt, GFP_ATOMIC).is_err() || self.out.pkts.push((v, grh), GFP_ATOMIC).is_err() {
-                bump(&fab.counters.alloc_fail);
-            }
-            return;
+            return match self.out.push(pkt, &grh, src, path.av.dgid) {
+                Some(full) => {
+                    fab.stats.add(Stat::SentPkts, 1);
+                    fab.stats.add(Stat::SentBytes, pkt.len() as u64);
+                    if full { Emit::Congested } else { Emit::Sent }
+                }
+                None => {
+                    fab.stats.add(Stat::TxDrops, 1);
+                    self.sh.resume = true;
+                    Emit::Congested
+                }
+            };
         }
-        if fab.send(&path, sport, pkt).is_err() {
-            bump(&fab.counters.tx_err);
+        if fab.send(&path, sport, pkt) {
+            fab.stats.add(Stat::SentPkts, 1);
+            fab.stats.add(Stat::SentBytes, pkt.len() as u64);
+            Emit::Sent
+        } else {
+            fab.stats.add(Stat::TxDrops, 1);
+            self.sh.congested = true;
+            self.sh.resume = true;
+            Emit::Congested
         }
     }
 
@@ -821,15 +1175,47 @@ impl Env for Ctx<'_> {
     }
 
     fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake {
-        if let Some(srq) = &self.qp.srq {
-            return srq.take(out);
+        let r = if let Some(srq) = &self.qp.srq {
+            srq.take(out)
+        } else if let Some((ring, slots, slot_size)) = &self.qp.rq {
+            let sh = &mut *self.sh;
+            take_from_ring(ring, *slots, *slot_size, &mut sh.rq_cons, &mut sh.rq_broken, self.qp.max_recv_sge, out)
+        } else {
+            RecvTake::Empty
+        };
+        if r == RecvTake::Bad {
+            self.qp.fabric.bad_rings.fetch_add(1, Ordering::Relaxed);
         }
-        let Some((ring, slots, slot_size)) = &self.qp.rq else { return RecvTake::Empty };
-        take_from_ring(ring, *slots, *slot_size, self.rq_cons, self.qp.max_recv_sge, out)
+        r
     }
 
     fn arm_rnr_timer(&mut self, usecs: u32) {
         self.qp.timer.arm(usecs);
+    }
+
+    /// Restarts the retransmit timer (rounded up to whole jiffies, at least one) or stops it
+    /// without waiting (we hold the QP lock with bottom halves disabled); an expiry already
+    /// under way is recognised as stale by its deadline.
+    fn set_retry_timer(&mut self, usecs: Option<u64>) {
+        match usecs {
+            Some(us) => {
+                let at = timer::now().wrapping_add(timer::usecs_to_jiffies(us));
+                self.sh.retry_at = Some(at);
+                self.qp.retry.arm_at(at);
+            }
+            None => {
+                self.sh.retry_at = None;
+                self.qp.retry.cancel();
+            }
+        }
+    }
+
+    /// Device-wide totals. Sent packets and bytes are counted by [`Env::emit`] instead, where
+    /// a packet really leaves (the engine counts those the path refused too).
+    fn stat(&mut self, s: Stat, n: u64) {
+        if !matches!(s, Stat::SentPkts | Stat::SentBytes) {
+            self.qp.fabric.stats.add(s, n);
+        }
     }
 }
 
@@ -837,7 +1223,8 @@ impl Env for Ctx<'_> {
 pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
     let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
     let grh = tp::make_grh(meta.sgid, meta.dgid, meta.tclass, meta.hop_limit, meta.flow_label, pkt.len());
-    let mut out = Outbox::new();
-    rx_packet(&fabric, pkt, grh, &mut out);
+    let info = RxInfo { grh, src: meta.sgid, dst: meta.dgid };
+    let mut out = Outbox::new(&fabric, RX_BULK, None);
+    rx_packet(&fabric, pkt, &info, &mut out);
     deliver(&fabric, &mut out);
 }

@@ -103,6 +103,15 @@ fn engine_config(qpn: u32, qp_type: QpType, sq_sig_all: bool, cap: &QpCap, has_s
         max_dest_rd_atomic: a.max_dest_rd_atomic,
         min_rnr_timer: a.min_rnr_timer,
         rnr_retry: a.rnr_retry,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        // A connected QP takes packets only from its peer to our address of the path.
+        peer: match (qp_type, &a.path) {
+            (QpType::Rc | QpType::Uc, Some(p)) => {
+                p.av.sgid.map(|s| tp::PeerAddr { local: s.gid, remote: p.av.dgid })
+            }
+            _ => None,
+        },
         sq_sig_all,
         max_send_sge: cap.max_send_sge,
         max_inline: cap.max_inline_data,
@@ -204,6 +213,7 @@ pub(super) fn create(
         cfg,
         KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL_ACCOUNT)?,
         KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL_ACCOUNT)?,
+        KVVec::from_elem(tp::Resource::default(), lim::MAX_QP_RD_ATOM as usize, GFP_KERNEL_ACCOUNT)?,
         slot_size,
     )
     .ok_or(EINVAL)?;

@@ -23,8 +23,6 @@ impl DevStats {
     }
 
     /// Adds `n` to counter `s` (any context).
-    // Called by the data path (dp.rs) once it reports its counters here.
-    #[expect(dead_code)]
     pub(crate) fn add(&self, s: Stat, n: u64) {
         self.0[s.index()].fetch_add(n, Ordering::Relaxed);
     }

@@ -26,7 +26,6 @@ mod requester;
 mod responder;
 mod wqe;
 
-pub use self::requester::timeout_usecs;
 pub use self::responder::Resource;
 pub use self::wqe::{decode_send_wqe, RecvWr};
 pub use crate::logic::stats::{Counters, Stat};

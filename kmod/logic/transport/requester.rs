@@ -65,12 +65,14 @@ impl Requester {
     }
 }
 
-/// The retransmit timeout of IBTA code `t`: 4.096 us * 2^t, in microseconds (`None`: 0, no
-/// timer).
-pub fn timeout_usecs(t: u8) -> Option<u64> {
-    match t {
-        0 => None,
-        t => Some((4096u64 << t.min(31)) / 1000),
+impl Config {
+    /// The retransmit timeout its `timeout` code means: 4.096 us * 2^timeout, in microseconds
+    /// (`None` for 0: no timer).
+    pub fn retry_timeout_usecs(&self) -> Option<u64> {
+        match self.timeout {
+            0 => None,
+            t => Some((4096u64 << t.min(31)) / 1000),
+        }
     }
 }
 
@@ -289,7 +291,7 @@ where
             && self.req.acked != self.req.psn
             && !self.req.rnr_wait
             && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
-        match (outstanding, timeout_usecs(self.cfg.timeout)) {
+        match (outstanding, self.cfg.retry_timeout_usecs()) {
             (true, Some(us)) => {
                 if progress || !self.req.timer_armed {
                     env.set_retry_timer(Some(us));

@@ -146,8 +146,15 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.nak_pending = None;
     }
 
+    /// Ring index of the `k`-th oldest resource (`k < res.len()`, `res_head < res.len()`;
+    /// no division, so no panic path).
     fn at(&self, k: usize) -> usize {
-        (self.res_head + k) % self.res.len()
+        let i = self.res_head + k;
+        if i >= self.res.len() {
+            i - self.res.len()
+        } else {
+            i
+        }
     }
 
     fn owed(&self) -> bool {
@@ -590,7 +597,7 @@ where
                 return None;
             }
             self.resp.res[oldest] = Resource::default();
-            self.resp.res_head = (oldest + 1) % self.resp.res.len();
+            self.resp.res_head = self.resp.at(1);
             self.resp.res_len -= 1;
         }
         let i = self.resp.at(self.resp.res_len);

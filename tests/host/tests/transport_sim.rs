@@ -498,8 +498,10 @@ fn timeout_zero_never_retransmits() {
     p.run();
     assert!(p.sa.send_cq.is_empty());
     assert_eq!(p.sa.stat(Stat::Timeouts), 0);
-    assert_eq!(timeout_usecs(14), Some(67_108));
-    assert_eq!(timeout_usecs(0), None);
+    let c = |t| Config { timeout: t, ..*p.a.config() };
+    assert_eq!(c(14).retry_timeout_usecs(), Some(67_108));
+    assert_eq!(c(0).retry_timeout_usecs(), None);
+    assert_eq!(c(31).retry_timeout_usecs(), Some(8_796_093_022));
 }
 
 #[test]

@@ -264,7 +264,11 @@ pub fn to_rts(
     a.sq_psn = sq_psn;
     mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
     if t == IBV_QPT_RC {
-        a.timeout = 14;
+        // 4.096 us * 2^18 = 1.07 s. Under TCG with KASAN a packet costs about 1 ms end to end,
+        // so the 64 packets between requested ACKs take longer than perftest's usual 14
+        // (67 ms): every window would time out and go back N (the retransmit timer is real
+        // since the new engine).
+        a.timeout = 18;
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.max_rd_atomic = init_rd_atom;

@@ -1,14 +1,23 @@
 //! rrxe-errors: error paths of the data path, on RC QPs (loopback on one device, or across two
 //! devices with --dev2).
 //!
-//!   rrxe-errors [--dev rrxe0] [--dev2 rrxe1] checks
+//!   rrxe-errors [--dev rrxe0] [--dev2 rrxe1] [--no-hostile] checks
 //!       bad_rkey:  an RDMA WRITE with a wrong rkey completes with IBV_WC_REM_ACCESS_ERR, the
 //!                  WRs posted behind it (and one posted afterwards) with IBV_WC_WR_FLUSH_ERR,
 //!                  and the QP is in the error state;
 //!       bad_lkey:  a SEND from a wrong lkey completes with IBV_WC_LOC_PROT_ERR, the next WR
 //!                  is flushed;
 //!       destroy_outstanding: QPs destroyed with many WRs outstanding (sender first, and
-//!                  receiver first), everything destroyed cleanly, then a new pair works.
+//!                  receiver first), everything destroyed cleanly, then a new pair works;
+//!       hostile:   (issue 9) the process scribbles on its own rings through the mapping: a
+//!                  receive-ring producer index out of range -> a SEND to that QP completes
+//!                  promptly with an error at the sender, the receiver is in ERR with exactly
+//!                  one QP_FATAL; a send-ring producer index out of range -> 50 raw doorbells
+//!                  return promptly, the QP is in ERR with exactly one QP_FATAL; modify_qp(ERR)
+//!                  returns promptly on both; a new pair works afterwards;
+//!       cq:        a CQ overflow moves the QP to ERR with exactly one CQ_ERR event;
+//!                  ibv_resize_cq to fewer entries than completions waiting fails with EINVAL
+//!                  and every waiting completion is still there.
 //!   rrxe-errors [--dev ...] traffic      keeps RDMA WRITEs and SENDs in flight forever; prints
 //!                                        RUNNING once traffic flows (for a SIGKILL test)
 //!   rrxe-errors [--dev ...] hold GOFILE  sets up a working pair, prints HOLDING, waits for
@@ -36,6 +45,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dp::{Dev, Rng, Side};
+use verbs::Qp;
 use ffi::*;
 use util::{ename, Report};
 
@@ -285,6 +295,219 @@ fn destroy_outstanding(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String>
     Ok(())
 }
 
+unsafe extern "C" {
+    /// libibverbs' private `ibv_cmd_post_send`: with a NULL list it is the provider's doorbell
+    /// (`POST_SEND` with no WRs), rung here behind the provider's back.
+    fn ibv_cmd_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32;
+}
+
+/// Offsets in the ring header (uapi `RingHeader`: 64-byte cache lines).
+const RING_PRODUCER: usize = 0;
+const RING_CONSUMER: usize = 64;
+const RING_LOG2_SLOTS: usize = 128;
+
+/// The ring of this process (a read-write uverbs mapping) whose header says 2^`log2` slots;
+/// exactly one must exist.
+fn ring_with(log2: u32) -> Result<*mut u8, String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let mut found = Vec::new();
+    for l in maps.lines().filter(|l| l.contains("uverbs")) {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let Some((lo, hi)) = range.split_once('-') else { continue };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
+        if !perms.starts_with("rw") || hi - lo < 4096 {
+            continue;
+        }
+        let p = lo as *mut u8;
+        // SAFETY: a live read-write mapping of at least a page; the header is its first bytes.
+        let l2 = unsafe { std::ptr::read_volatile(p.add(RING_LOG2_SLOTS).cast::<u32>()) };
+        if l2 == log2 {
+            found.push(p);
+        }
+    }
+    match found[..] {
+        [p] => Ok(p),
+        _ => Err(format!("{} uverbs mappings with 2^{log2} slots, want 1", found.len())),
+    }
+}
+
+/// Writes a producer index far out of range into the ring at `p`.
+fn scribble(p: *mut u8) {
+    // SAFETY: `p` is a ring header in a live read-write mapping (ring_with).
+    unsafe {
+        let cons = std::ptr::read_volatile(p.add(RING_CONSUMER).cast::<u32>());
+        std::ptr::write_volatile(p.add(RING_PRODUCER).cast::<u32>(), cons.wrapping_add(1_000_003));
+    }
+}
+
+/// Reads (and acknowledges) the async events queued for `ctx` without blocking: (type, QP).
+fn async_events(ctx: *mut ibv_context) -> Vec<(u32, usize)> {
+    let mut v = Vec::new();
+    // SAFETY: a live context; its async fd is switched to non-blocking and back; each event
+    // read is acknowledged once.
+    unsafe {
+        let fd = (*ctx).async_fd;
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        loop {
+            let mut ev: ibv_async_event = std::mem::zeroed();
+            if ibv_get_async_event(ctx, &mut ev) != 0 {
+                break;
+            }
+            v.push((ev.event_type, ev.element.qp as usize));
+            ibv_ack_async_event(&mut ev);
+        }
+        libc::fcntl(fd, libc::F_SETFL, fl);
+    }
+    v
+}
+
+fn fatal_count(ev: &[(u32, usize)], qp: &Qp) -> usize {
+    ev.iter().filter(|(t, q)| *t == IBV_EVENT_QP_FATAL && *q == qp.ptr as usize).count()
+}
+
+fn in_err(qp: &Qp) -> Result<(), String> {
+    match dp::qp_state(qp)? {
+        IBV_QPS_ERR => Ok(()),
+        st => Err(format!("QP state {st}, want ERR ({IBV_QPS_ERR})")),
+    }
+}
+
+fn modify_err_prompt(qp: &Qp) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let a = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..Default::default() };
+    qp.modify(&a, IBV_QP_STATE).map_err(|e| format!("modify_qp(ERR): {}", ename(e)))?;
+    let dt = t0.elapsed();
+    if dt > Duration::from_secs(3) {
+        return Err(format!("modify_qp(ERR) took {dt:?}"));
+    }
+    Ok(())
+}
+
+fn side(d: &Dev, send: u32, recv: u32, cqe: i32) -> Result<Side, String> {
+    let c = ibv_qp_cap { max_send_wr: send, max_recv_wr: recv, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    Side::new(d, IBV_QPT_RC, c, cqe, MR)
+}
+
+fn hostile(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
+    // Ring sizes unique in the process, so that each ring is found by its header: pair 1
+    // (SQ/RQ/CQ) a 32/2/1024, b 4/128/2048; pair 2 a 8/16/512, b 64/256/4096.
+    let a = side(da, 32, 2, 1000)?;
+    let b = side(db, 4, 128, 2000)?;
+    dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(50))?;
+    round_trip(&a, &b)?;
+    async_events(db.ctx.ptr);
+    scribble(ring_with(7)?);
+    let t0 = std::time::Instant::now();
+    post(&a, &b, 1, IBV_WR_SEND, 0, 64, 0, 0, a.lkey())?;
+    let got = dp::poll_n(&a.cq, 1, Duration::from_secs(20));
+    let dt = t0.elapsed();
+    r.result(
+        "errors.hostile.rq.sender_completes_promptly",
+        match &got {
+            Ok(g) if g[0].status != IBV_WC_SUCCESS => Ok(()),
+            Ok(g) => Err(format!("{} after {dt:?}", dp::wc_str(&g[0]))),
+            Err((_, e)) => Err(e.clone()),
+        },
+    );
+    if let Ok(g) = &got {
+        r.info("errors.hostile.rq", format!("sender: {} after {dt:?}", dp::wc_str(&g[0])));
+    }
+    r.result("errors.hostile.rq.receiver_in_error", in_err(&b.qp));
+    r.result("errors.hostile.rq.modify_err_returns", modify_err_prompt(&b.qp));
+    std::thread::sleep(Duration::from_millis(200));
+    let n = fatal_count(&async_events(db.ctx.ptr), &b.qp);
+    r.result(
+        "errors.hostile.rq.one_qp_fatal",
+        if n == 1 { Ok(()) } else { Err(format!("{n} QP_FATAL events for the receiver, want 1")) },
+    );
+    drop((a, b));
+
+    let a = side(da, 8, 16, 300)?;
+    let b = side(db, 64, 256, 3000)?;
+    dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(51))?;
+    round_trip(&a, &b)?;
+    async_events(da.ctx.ptr);
+    scribble(ring_with(3)?);
+    let t0 = std::time::Instant::now();
+    let mut rets = Vec::new();
+    for _ in 0..50 {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; a NULL list reads no WR.
+        rets.push(unsafe { ibv_cmd_post_send(a.qp.ptr, std::ptr::null_mut(), &mut bad) });
+    }
+    let dt = t0.elapsed();
+    rets.dedup();
+    r.info("errors.hostile.sq", format!("50 doorbells in {dt:?}, returned {rets:?}"));
+    r.result(
+        "errors.hostile.sq.doorbells_return_promptly",
+        if dt < Duration::from_secs(5) { Ok(()) } else { Err(format!("50 doorbells took {dt:?}")) },
+    );
+    r.result("errors.hostile.sq.sender_in_error", in_err(&a.qp));
+    r.result("errors.hostile.sq.modify_err_returns", modify_err_prompt(&a.qp));
+    std::thread::sleep(Duration::from_millis(200));
+    let n = fatal_count(&async_events(da.ctx.ptr), &a.qp);
+    r.result(
+        "errors.hostile.sq.one_qp_fatal",
+        if n == 1 { Ok(()) } else { Err(format!("{n} QP_FATAL events for the sender, want 1")) },
+    );
+    drop((a, b));
+    let res = pair(da, db, 16, 52).and_then(|(a, b)| round_trip(&a, &b));
+    r.result("errors.hostile.device_works_afterwards", res);
+    Ok(())
+}
+
+fn cq(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
+    // Overflow: 8 signalled WRITEs into a CQ of 4.
+    let a = side(da, 16, 16, 4)?;
+    let b = side(db, 16, 16, 64)?;
+    dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(60))?;
+    async_events(da.ctx.ptr);
+    for i in 0..8u64 {
+        post(&a, &b, i, IBV_WR_RDMA_WRITE, 0, 64, 0, b.rkey(), a.lkey())?;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    r.result("errors.cq.overflow_qp_in_error", in_err(&a.qp));
+    let n = async_events(da.ctx.ptr)
+        .iter()
+        .filter(|(t, _)| *t == IBV_EVENT_CQ_ERR)
+        .count();
+    r.result(
+        "errors.cq.overflow_one_cq_err",
+        if n == 1 { Ok(()) } else { Err(format!("{n} CQ_ERR events, want 1")) },
+    );
+    drop((a, b));
+
+    // Resize below what is waiting: refused, nothing lost.
+    let a = side(da, 16, 16, 16)?;
+    let b = side(db, 16, 16, 64)?;
+    dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(61))?;
+    for i in 0..8u64 {
+        post(&a, &b, i, IBV_WR_RDMA_WRITE, 0, 64, 0, b.rkey(), a.lkey())?;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: a live CQ of ours.
+    let ret = unsafe { ibv_resize_cq(a.cq.ptr, 4) };
+    r.result(
+        "errors.cq.resize_below_pending_einval",
+        if ret == libc::EINVAL || (ret == -1 && util::errno() == libc::EINVAL) {
+            Ok(())
+        } else {
+            Err(format!("ibv_resize_cq(4) with 8 waiting returned {ret}"))
+        },
+    );
+    let got = poll(&a, 8).and_then(|g| expect(&g, &(0..8).map(|i| (i, IBV_WC_SUCCESS)).collect::<Vec<_>>()));
+    r.result("errors.cq.resize_refused_drops_nothing", got);
+    // SAFETY: as above.
+    let ret = unsafe { ibv_resize_cq(a.cq.ptr, 32) };
+    r.result(
+        "errors.cq.resize_up_works",
+        if ret == 0 { round_trip(&a, &b) } else { Err(format!("ibv_resize_cq(32) returned {ret}")) },
+    );
+    Ok(())
+}
+
 /// Keeps WRITEs and SENDs in flight until killed.
 fn traffic(da: &Dev, db: &Dev) -> Result<(), String> {
     let (a, b) = pair(da, db, 64, 30)?;
@@ -375,11 +598,18 @@ fn main() -> ExitCode {
     let mut dev2: Option<String> = None;
     let mut mode = "checks".to_owned();
     let mut go = String::new();
+    let mut hostile_rings = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let r = match a.as_str() {
             "--dev" => dp::arg_val(&mut args, &a).map(|v| dev = v),
             "--dev2" => dp::arg_val(&mut args, &a).map(|v| dev2 = Some(v)),
+            // rdma_rxe's rings have another layout, and its CQ overflow other rules: the
+            // hostile and cq checks are rrxe's.
+            "--no-hostile" => {
+                hostile_rings = false;
+                Ok(())
+            }
             "checks" | "traffic" => {
                 mode = a.clone();
                 Ok(())
@@ -431,7 +661,12 @@ fn main() -> ExitCode {
         ("errors.bad_rkey", bad_rkey as fn(&Dev, &Dev, &mut Report) -> Result<(), String>),
         ("errors.bad_lkey", bad_lkey),
         ("errors.destroy_outstanding", destroy_outstanding),
+        ("errors.hostile", hostile),
+        ("errors.cq", cq),
     ] {
+        if (name == "errors.hostile" || name == "errors.cq") && !hostile_rings {
+            continue;
+        }
         if let Err(e) = f(&da, db, &mut r) {
             r.fail(name, e);
         }
