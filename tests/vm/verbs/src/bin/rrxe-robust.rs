@@ -604,7 +604,13 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
     let name = a.get("--name").unwrap_or("rrxef0").to_owned();
     let netdev = a.get("--netdev").ok_or("--netdev IF needed")?.to_owned();
     let ty = a.get("--type").unwrap_or("rrxe").to_owned();
-    let max = a.num("--max", 5000);
+    let max = a.num("--max", 20000);
+    // Registration has hundreds of fault sites (every sysfs file of the device): past
+    // --stride-after, only every --stride-th is failed; --max-secs bounds the sweep.
+    let stride_after = a.num("--stride-after", u64::MAX);
+    let stride = a.num("--stride", 1).max(1);
+    let max_secs = a.num("--max-secs", 0);
+    let mut tried = 0u64;
     let exists = |n: &str| std::path::Path::new(&format!("/sys/class/infiniband/{n}")).exists();
     if exists(&name) {
         return Err(format!("{name} exists already"));
@@ -616,6 +622,12 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
     let t0 = Instant::now();
     let mut n = 1;
     loop {
+        if max_secs > 0 && t0.elapsed() > Duration::from_secs(max_secs) {
+            out(format!("failnth: rdma link add: time limit ({max_secs} s) reached at fault site {n} ({tried} tried): sweep incomplete"));
+            rep.info("failnth.link_add.sweep", format!("incomplete: {tried} fault sites up to #{n} tried in {max_secs} s"));
+            break;
+        }
+        tried += 1;
         arm(&mut f, n);
         let r = nl_link(3, &name, &netdev, &ty);
         let inj = injected(&mut f);
@@ -648,15 +660,16 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
                 }
             }
         }
-        n += 1;
+        n += if n >= stride_after { stride } else { 1 };
         if n > max {
             unclean.push(format!("still failing after {max} fault sites"));
             break;
         }
     }
     out(format!(
-        "failnth: rdma link add {name} type {ty} netdev {netdev}: {} fault sites in {:.1} s, errnos {:?}",
+        "failnth: rdma link add {name} type {ty} netdev {netdev}: {tried} fault sites failed (up to #{}, every {stride}th past #{}) in {:.1} s, errnos {:?}",
         n - 1,
+        stride_after.min(n),
         t0.elapsed().as_secs_f64(),
         errnos.iter().map(|(e, c)| format!("{}x{c}", ename(*e))).collect::<Vec<_>>()
     ));
