@@ -530,6 +530,62 @@ fn ipv4_udp(src: Ipv4Addr, dst: Ipv4Addr, roce: &[u8], id: u16) -> Vec<u8> {
     p
 }
 
+/// A raw socket in `--netns` (the fuzzing one is closed by now).
+fn fd2(o: &Opts) -> Result<i32, String> {
+    if let Some(ns) = &o.netns {
+        robust::enter_netns(Some(ns))?;
+    }
+    let fd = raw_socket();
+    if o.netns.is_some() {
+        robust::enter_netns(None)?;
+    }
+    fd
+}
+
+/// Returns (receive completions, rx_icrc_errors delta).
+fn icrc_probe(o: &Opts, dev: &Dev, pd: &Pd, fd: i32, k: usize) -> Result<(usize, u64), String> {
+    let cq = Cq::create(&dev.ctx, 256, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
+    let cap = ibv_qp_cap { max_send_wr: 4, max_recv_wr: 2 * k as u32, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = Qp::create(pd, &cq, IBV_QPT_UD, cap, false).map_err(|e| format!("create_qp: {}", ename(e)))?;
+    bring(dev, &qp, IBV_QPT_UD, QState::Rts, mapped(o.src))?;
+    let mr = Mr::reg(pd, 2 * k * 256, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
+    for i in 0..2 * k {
+        // SAFETY: registered MR.
+        let mut sge = unsafe { ibv_sge { addr: (*mr.ptr).addr as u64 + 256 * i as u64, length: 256, lkey: (*mr.ptr).lkey } };
+        let mut wr = ibv_recv_wr { wr_id: i as u64, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        dp::post_recv(&qp, &mut wr)?;
+    }
+    let before = robust::stats(&o.dev).unwrap_or_default();
+    let mut rng = Rng::new(o.seed ^ 0x1c7c);
+    for i in 0..2 * k {
+        let bth = Bth { opcode: 0x64, pkey: 0xffff, dest_qp: qp.qpn(), psn: Psn::from_masked(i as u32), ..Default::default() };
+        let mut roce = bth.to_bytes().to_vec();
+        roce.extend_from_slice(&QKEY.to_be_bytes());
+        roce.extend_from_slice(&0x123u32.to_be_bytes());
+        let mut payload = [0u8; 64];
+        rng.fill(&mut payload);
+        roce.extend_from_slice(&payload);
+        roce.extend_from_slice(&[0; 4]);
+        let mut pkt = ipv4_udp(o.src, o.dst, &roce, i as u16);
+        let ip: [u8; 20] = pkt[..20].try_into().unwrap_or([0; 20]);
+        let c = icrc::icrc_v4(&ip, &pkt[20..]).map_err(|e| format!("icrc: {e:?}"))?;
+        let c = if i < k { c ^ 0x0100_0000 } else { c };
+        let n = pkt.len();
+        pkt[n - 4..].copy_from_slice(&c.to_le_bytes());
+        send_raw(fd, &pkt, o.dst);
+    }
+    // SAFETY: our socket.
+    unsafe { libc::close(fd) };
+    let wcs = dp::drain(&cq, Duration::from_millis(1500));
+    let after = robust::stats(&o.dev).unwrap_or_default();
+    let d = after.get("rx_icrc_errors").copied().unwrap_or(0).saturating_sub(before.get("rx_icrc_errors").copied().unwrap_or(0));
+    let ok = wcs.iter().filter(|w| w.status == IBV_WC_SUCCESS).count();
+    drop(qp);
+    drop(mr);
+    drop(cq);
+    Ok((ok, d))
+}
+
 fn raw_socket() -> Result<i32, String> {
     // SAFETY: plain socket call.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
@@ -776,6 +832,25 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
     }
     if tally.send_errors * 100 > tally.sent.max(1) {
         rep.fail("fuzz_packets.sent", format!("{} sendto errors", tally.send_errors));
+    }
+    // ICRC probe: 20 UD SENDs that are valid but for a wrong ICRC, then 20 valid ones, to a
+    // fresh UD QP with 40 receives posted: exactly the valid ones may complete, and the bad
+    // ones must show up in rx_icrc_errors.
+    match icrc_probe(o, &dev, &pd, fd2(o)?, 20) {
+        Ok((completed, icrc_delta)) => {
+            println!("fuzz-packets: ICRC probe: 20 bad-ICRC + 20 valid UD SENDs -> {completed} receive completions, rx_icrc_errors +{icrc_delta}");
+            if completed == 20 {
+                rep.pass("fuzz_packets.icrc_probe.bad_icrc_not_delivered");
+            } else {
+                rep.fail("fuzz_packets.icrc_probe.bad_icrc_not_delivered", format!("{completed} receive completions for 20 valid + 20 bad-ICRC datagrams (expected 20)"));
+            }
+            if icrc_delta >= 20 {
+                rep.pass("fuzz_packets.icrc_probe.counted_in_rx_icrc_errors");
+            } else {
+                rep.fail("fuzz_packets.icrc_probe.counted_in_rx_icrc_errors", format!("rx_icrc_errors grew by {icrc_delta} for 20 bad-ICRC datagrams"));
+            }
+        }
+        Err(e) => rep.fail("fuzz_packets.icrc_probe", e),
     }
     // Our targets can still be destroyed, and the device still works.
     let mut errs = Vec::new();
