@@ -2,9 +2,7 @@
 //! The completer: takes ACKs, NAKs and responses, places READ and atomic results, completes
 //! send WRs strictly in SQ order, and tells the requester when to go back N.
 
-use super::{
-    cqe, wc_status, wqe, CqSel, Engine, Env, Resource, SqEntry, Stat, WrKind,
-};
+use super::{cqe, wc_status, wqe, CqSel, Engine, Env, Resource, SqEntry, Stat, WrKind};
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
@@ -345,7 +343,8 @@ where
         }
         let idx = self.sq.done;
         let e = self.sq.entry(idx);
-        if !e.started || !matches!(e.kind, WrKind::CmpSwap | WrKind::FetchAdd) || e.first_psn != psn {
+        if !e.started || !matches!(e.kind, WrKind::CmpSwap | WrKind::FetchAdd) || e.first_psn != psn
+        {
             self.stat(env, Stat::RxBadResponses, 1);
             return;
         }

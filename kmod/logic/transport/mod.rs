@@ -147,7 +147,13 @@ pub trait Env {
     /// rights), without moving data. A zero length always passes.
     fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError>;
     /// Reads registered memory.
-    fn mem_read(&mut self, key: u32, addr: u64, out: &mut [u8], acc: Access) -> Result<(), MemError>;
+    fn mem_read(
+        &mut self,
+        key: u32,
+        addr: u64,
+        out: &mut [u8],
+        acc: Access,
+    ) -> Result<(), MemError>;
     /// Writes registered memory.
     fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError>;
     /// Performs an atomic on registered memory; returns the original value.
@@ -363,7 +369,13 @@ pub struct Engine<B, M, R> {
 }
 
 pub(super) fn cqe(wr_id: u64, status: u32, opcode: u32, qpn: u32) -> Cqe {
-    Cqe { wr_id, status, opcode, qp_num: qpn, ..Cqe::default() }
+    Cqe {
+        wr_id,
+        status,
+        opcode,
+        qp_num: qpn,
+        ..Cqe::default()
+    }
 }
 
 fn transport_of(t: QpType) -> Transport {
@@ -426,7 +438,15 @@ where
             sqd_notify: false,
             last_wqe_sent: false,
             cq_overflow: false,
-            sq: Sq { slots, meta, slot_size, mask: n as u32 - 1, head: 0, next: 0, done: 0 },
+            sq: Sq {
+                slots,
+                meta,
+                slot_size,
+                mask: n as u32 - 1,
+                head: 0,
+                next: 0,
+                done: 0,
+            },
             req: requester::Requester::new(&cfg),
             resp: responder::Responder::new(res),
             counters: Counters::default(),
@@ -550,8 +570,11 @@ where
                 }
             }
             Err(status) => {
-                *self.sq.entry_mut(idx) =
-                    SqEntry { kind: wqe::kind_of_opcode(opcode), err: Some(status), ..SqEntry::default() };
+                *self.sq.entry_mut(idx) = SqEntry {
+                    kind: wqe::kind_of_opcode(opcode),
+                    err: Some(status),
+                    ..SqEntry::default()
+                };
                 if self.state == QpState::Err {
                     self.flush(env);
                 } else {
@@ -607,7 +630,12 @@ where
         while self.sq.done != self.sq.head {
             let i = self.sq.done;
             let e = self.sq.entry(i);
-            let c = cqe(self.sq.wr_id(i), e.err.unwrap_or(wc_status::WR_FLUSH_ERR), e.kind.wc_opcode(), qpn);
+            let c = cqe(
+                self.sq.wr_id(i),
+                e.err.unwrap_or(wc_status::WR_FLUSH_ERR),
+                e.kind.wc_opcode(),
+                qpn,
+            );
             self.post(env, CqSel::Send, &c);
             self.sq.done = i.wrapping_add(1);
         }
@@ -615,7 +643,11 @@ where
         self.req.on_flush();
         env.set_retry_timer(None);
         if let Some(r) = self.resp.recv.take() {
-            self.post(env, CqSel::Recv, &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn));
+            self.post(
+                env,
+                CqSel::Recv,
+                &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn),
+            );
         }
         self.resp.on_flush();
         if self.cfg.has_srq {
@@ -629,7 +661,11 @@ where
             // Bounded by the ring: each Taken consumed a WQE; a broken ring answers Bad once
             // and the flush stops there.
             while env.recv_take(&mut r) == RecvTake::Taken {
-                self.post(env, CqSel::Recv, &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn));
+                self.post(
+                    env,
+                    CqSel::Recv,
+                    &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn),
+                );
             }
         }
     }
@@ -656,13 +692,25 @@ where
 
     /// Handles a received packet addressed to this QP (ICRC already checked). Returns whether
     /// the requester may have work again (an ACK opened the window).
-    pub fn rx<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>, info: &RxInfo) -> bool {
+    pub fn rx<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        pkt: &Packet<'_>,
+        info: &RxInfo,
+    ) -> bool {
         let go = self.rx_inner(env, scratch, pkt, info);
         self.settle(env);
         go
     }
 
-    fn rx_inner<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>, info: &RxInfo) -> bool {
+    fn rx_inner<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        pkt: &Packet<'_>,
+        info: &RxInfo,
+    ) -> bool {
         if pkt.info().transport != transport_of(self.cfg.qp_type) {
             self.stat(env, Stat::RxBadState, 1);
             return false;
@@ -674,7 +722,10 @@ where
         if pkt.info().is_response() {
             return self.rx_response(env, pkt);
         }
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+        if !matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
             self.stat(env, Stat::RxBadState, 1);
             return false;
         }
@@ -729,10 +780,20 @@ pub fn encode_cqe(c: &Cqe) -> [u8; crate::uapi::CQE_SIZE] {
 /// The 40-byte GRH of a RoCEv2 packet from `sgid` to `dgid` carrying `roce_len` bytes of UDP
 /// payload: an IPv6 header, or for IPv4-mapped GIDs 20 zero bytes then an IPv4 header (the
 /// layout libibverbs' `ibv_init_ah_from_wc` expects).
-pub fn make_grh(sgid: [u8; 16], dgid: [u8; 16], tclass: u8, hop_limit: u8, flow_label: u32, roce_len: usize) -> [u8; GRH_LEN] {
+pub fn make_grh(
+    sgid: [u8; 16],
+    dgid: [u8; 16],
+    tclass: u8,
+    hop_limit: u8,
+    flow_label: u32,
+    roce_len: usize,
+) -> [u8; GRH_LEN] {
     let mut g = [0u8; GRH_LEN];
     let udp_len = roce_len + 8;
-    match (crate::logic::roce::gid_to_addr(sgid), crate::logic::roce::gid_to_addr(dgid)) {
+    match (
+        crate::logic::roce::gid_to_addr(sgid),
+        crate::logic::roce::gid_to_addr(dgid),
+    ) {
         (crate::logic::roce::GidAddr::V4(s), crate::logic::roce::GidAddr::V4(d)) => {
             let h = &mut g[20..];
             h[0] = 0x45;

@@ -3,8 +3,8 @@
 //! timer, and goes back N when the completer or the timer says packets were lost.
 
 use super::{
-    opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind,
-    ACK_REQ_EVERY, RC_WINDOW,
+    opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat,
+    WrKind, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -228,7 +228,13 @@ where
         }
     }
 
-    fn send_packet<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], idx: u32, e: &SqEntry) -> Result<Emit, u32> {
+    fn send_packet<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        idx: u32,
+        e: &SqEntry,
+    ) -> Result<Emit, u32> {
         let cfg = self.cfg;
         let t = transport_of(cfg.qp_type);
         let slot = self.sq.slot(idx);
@@ -237,17 +243,23 @@ where
         let (pos, pay_off, pay_len) = match e.kind {
             WrKind::Send | WrKind::Write => {
                 let seg = Segmentation::new(e.len, cfg.mtu).ok_or(wc_status::GENERAL_ERR)?;
-                let s = seg.segment(self.req.cur_pkt).ok_or(wc_status::GENERAL_ERR)?;
+                let s = seg
+                    .segment(self.req.cur_pkt)
+                    .ok_or(wc_status::GENERAL_ERR)?;
                 (s.position, s.offset, s.len)
             }
             _ => (Position::Only, 0, 0),
         };
         let opc = request_opcode(t, e.kind, pos, e.imm);
         let psn = self.req.psn;
-        let dest_qp = if cfg.qp_type == QpType::Ud { w.remote_qpn } else { cfg.dest_qpn };
+        let dest_qp = if cfg.qp_type == QpType::Ud {
+            w.remote_qpn
+        } else {
+            cfg.dest_qpn
+        };
         let end = pos.is_end();
-        let ack_req =
-            cfg.qp_type == QpType::Rc && (end || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
+        let ack_req = cfg.qp_type == QpType::Rc
+            && (end || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
         let mut h = Headers::new(Bth {
             opcode: opc,
             se: end && w.send_flags & super::send_flags::SOLICITED != 0,
@@ -263,27 +275,58 @@ where
                 // A READ sent again asks only for what has not arrived (a partial re-read).
                 WrKind::Read => {
                     let off = e.read_done.saturating_mul(cfg.mtu).min(e.len);
-                    Reth { va: w.remote_addr.wrapping_add(u64::from(off)), rkey: w.rkey, len: e.len - off }
+                    Reth {
+                        va: w.remote_addr.wrapping_add(u64::from(off)),
+                        rkey: w.rkey,
+                        len: e.len - off,
+                    }
                 }
-                _ => Reth { va: w.remote_addr, rkey: w.rkey, len: e.len },
+                _ => Reth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    len: e.len,
+                },
             });
         }
         if info.headers.has(opcode::Ext::ImmDt) {
-            h.immdt = Some(ImmDt { imm: u32::from_be_bytes(w.imm_data.to_ne_bytes()) });
+            h.immdt = Some(ImmDt {
+                imm: u32::from_be_bytes(w.imm_data.to_ne_bytes()),
+            });
         }
         if info.headers.has(opcode::Ext::Deth) {
-            let qkey = if w.remote_qkey & 0x8000_0000 != 0 { cfg.qkey } else { w.remote_qkey };
-            h.deth = Some(Deth { qkey, src_qp: cfg.qpn });
+            let qkey = if w.remote_qkey & 0x8000_0000 != 0 {
+                cfg.qkey
+            } else {
+                w.remote_qkey
+            };
+            h.deth = Some(Deth {
+                qkey,
+                src_qp: cfg.qpn,
+            });
         }
         if info.headers.has(opcode::Ext::AtomicEth) {
             let (swap_add, compare) = match e.kind {
                 WrKind::CmpSwap => (w.swap, w.compare_add),
                 _ => (w.compare_add, 0),
             };
-            h.atmeth = Some(AtomicEth { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
+            h.atmeth = Some(AtomicEth {
+                va: w.remote_addr,
+                rkey: w.rkey,
+                swap_add,
+                compare,
+            });
         }
-        let len = super::assemble(scratch, &h, pay_len as usize, |buf| src.gather(env, u64::from(pay_off), buf))?;
-        let dest = if cfg.qp_type == QpType::Ud { Dest::Ah { ah: w.ah_num, qpn: w.remote_qpn } } else { Dest::Connected };
+        let len = super::assemble(scratch, &h, pay_len as usize, |buf| {
+            src.gather(env, u64::from(pay_off), buf)
+        })?;
+        let dest = if cfg.qp_type == QpType::Ud {
+            Dest::Ah {
+                ah: w.ah_num,
+                qpn: w.remote_qpn,
+            }
+        } else {
+            Dest::Connected
+        };
         let r = env.emit(&scratch[..len], dest);
         self.stat(env, Stat::SentBytes, len as u64);
         Ok(r)
@@ -318,7 +361,11 @@ where
     pub fn retry_timer_expired<E: Env>(&mut self, env: &mut E) {
         self.req.timer_armed = false;
         let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
-        if !active || self.cfg.qp_type != QpType::Rc || self.req.acked == self.req.psn || self.req.rnr_wait {
+        if !active
+            || self.cfg.qp_type != QpType::Rc
+            || self.req.acked == self.req.psn
+            || self.req.rnr_wait
+        {
             return;
         }
         self.stat(env, Stat::Timeouts, 1);

@@ -4,16 +4,16 @@
 //! resources, and sends ACKs, NAKs and responses in PSN order.
 
 use super::{
-    access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, RecvTake,
-    RecvWr, RxInfo, SqEntry, Stat, GRH_LEN,
+    access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine,
+    Env, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
     psn::Psn,
     qp_state::{QpState, QpType},
     wire::{
-        self, Aeth, AtomicAckEth, Bth, Headers, NakCode, Packet, Segmentation, Syndrome, AETH_ACK_UNLIMITED,
-        BTH_DEF_PKEY,
+        self, Aeth, AtomicAckEth, Bth, Headers, NakCode, Packet, Segmentation, Syndrome,
+        AETH_ACK_UNLIMITED, BTH_DEF_PKEY,
     },
 };
 use core::ops::DerefMut;
@@ -249,14 +249,25 @@ where
     /// A fatal responder error (class A/C): the NAK goes out at once (the responses it would
     /// have waited for are dropped with everything else), the receive WQE in use completes
     /// with `status`, and the QP goes to ERR.
-    fn fail<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, fault: Fault, status: Option<u32>) {
+    fn fail<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        psn: Psn,
+        fault: Fault,
+        status: Option<u32>,
+    ) {
         let code = match fault {
             Fault::Invalid => NakCode::InvalidRequest,
             Fault::Access => NakCode::RemoteAccessError,
             Fault::Operational => NakCode::RemoteOperationalError,
         };
         if let (Some(st), Some(r)) = (status, self.resp.recv.take()) {
-            self.post(env, CqSel::Recv, &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn));
+            self.post(
+                env,
+                CqSel::Recv,
+                &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn),
+            );
         }
         let a = Aeth::nak(self.resp.msn, code);
         self.send_ack(env, scratch, psn, a);
@@ -327,8 +338,8 @@ where
             self.post(env, CqSel::Recv, &c);
             return;
         }
-        let placed =
-            wqe::scatter(env, &r, 0, &info.grh).and_then(|()| wqe::scatter(env, &r, GRH_LEN as u64, payload));
+        let placed = wqe::scatter(env, &r, 0, &info.grh)
+            .and_then(|()| wqe::scatter(env, &r, GRH_LEN as u64, payload));
         match placed {
             Ok(()) => {
                 c.byte_len = total as u32;
@@ -410,7 +421,13 @@ where
         if !seq_ok {
             self.stat(env, Stat::RxBadHeaders, 1);
             if rc {
-                self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+                self.fail(
+                    env,
+                    scratch,
+                    psn,
+                    Fault::Invalid,
+                    Some(wc_status::REM_INV_REQ_ERR),
+                );
                 return;
             }
             self.abandon_msg();
@@ -426,7 +443,13 @@ where
             _ => {
                 self.stat(env, Stat::RxBadHeaders, 1);
                 if rc {
-                    self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+                    self.fail(
+                        env,
+                        scratch,
+                        psn,
+                        Fault::Invalid,
+                        Some(wc_status::REM_INV_REQ_ERR),
+                    );
                 }
             }
         }
@@ -453,7 +476,13 @@ where
         if !wire::payload_len_ok(info, payload.len(), self.cfg.mtu as usize) {
             self.stat(env, Stat::RxBadHeaders, 1);
             if rc {
-                self.fail(env, scratch, psn, Fault::Invalid, Some(wc_status::REM_INV_REQ_ERR));
+                self.fail(
+                    env,
+                    scratch,
+                    psn,
+                    Fault::Invalid,
+                    Some(wc_status::REM_INV_REQ_ERR),
+                );
             } else {
                 self.uc_drop_msg(env, psn, end);
             }
@@ -493,7 +522,9 @@ where
                 };
                 let allowed = self.cfg.access & access::REMOTE_WRITE != 0 || reth.len == 0;
                 if !allowed
-                    || env.mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteWrite).is_err()
+                    || env
+                        .mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteWrite)
+                        .is_err()
                 {
                     self.remote_access_error(env, scratch, psn, end);
                     return;
@@ -516,8 +547,13 @@ where
         } else if payload.is_empty() {
             Ok(())
         } else {
-            env.mem_write(self.resp.wr_rkey, self.resp.wr_va.wrapping_add(off), payload, Access::RemoteWrite)
-                .map_err(|_| Fault::Access)
+            env.mem_write(
+                self.resp.wr_rkey,
+                self.resp.wr_va.wrapping_add(off),
+                payload,
+                Access::RemoteWrite,
+            )
+            .map_err(|_| Fault::Access)
         };
         if let Err(fault) = placed {
             if fault == Fault::Access {
@@ -528,15 +564,25 @@ where
                 // IBTA 9.9.3.1.1 classes: too long -> Invalid Request (our receive completes with
                 // LOC_LEN_ERR); a fault placing into our own buffer -> Remote Operational Error
                 // (LOC_PROT_ERR).
-                let status =
-                    if fault == Fault::Invalid { wc_status::LOC_LEN_ERR } else { wc_status::LOC_PROT_ERR };
+                let status = if fault == Fault::Invalid {
+                    wc_status::LOC_LEN_ERR
+                } else {
+                    wc_status::LOC_PROT_ERR
+                };
                 self.fail(env, scratch, psn, fault, Some(status));
             } else {
                 if is_send {
                     if let Some(r) = self.resp.recv.take() {
-                        let st =
-                            if fault == Fault::Invalid { wc_status::LOC_LEN_ERR } else { wc_status::LOC_PROT_ERR };
-                        self.post(env, CqSel::Recv, &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn));
+                        let st = if fault == Fault::Invalid {
+                            wc_status::LOC_LEN_ERR
+                        } else {
+                            wc_status::LOC_PROT_ERR
+                        };
+                        self.post(
+                            env,
+                            CqSel::Recv,
+                            &cqe(r.wr_id, st, wc_opcode::RECV, self.cfg.qpn),
+                        );
                     }
                 }
                 self.uc_drop_msg(env, psn, end);
@@ -574,9 +620,21 @@ where
 
     /// An rkey, bounds or rights violation: RC NAKs it and goes to ERR (class C); UC drops the
     /// message.
-    fn remote_access_error<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, end: bool) {
+    fn remote_access_error<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        psn: Psn,
+        end: bool,
+    ) {
         if self.cfg.qp_type == QpType::Rc {
-            self.fail(env, scratch, psn, Fault::Access, Some(wc_status::REM_ACCESS_ERR));
+            self.fail(
+                env,
+                scratch,
+                psn,
+                Fault::Access,
+                Some(wc_status::REM_ACCESS_ERR),
+            );
         } else {
             self.uc_drop_msg(env, psn, end);
         }
@@ -613,12 +671,16 @@ where
         };
         if reth.len != 0
             && (self.cfg.access & access::REMOTE_READ == 0
-                || env.mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteRead).is_err())
+                || env
+                    .mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteRead)
+                    .is_err())
         {
             self.remote_access_error(env, scratch, psn, true);
             return;
         }
-        let Some(seg) = Segmentation::new(reth.len, self.cfg.mtu) else { return };
+        let Some(seg) = Segmentation::new(reth.len, self.cfg.mtu) else {
+            return;
+        };
         let Some(i) = self.res_slot() else {
             self.fail(env, scratch, psn, Fault::Invalid, None);
             return;
@@ -650,7 +712,9 @@ where
             return;
         }
         if self.cfg.access & access::REMOTE_ATOMIC == 0
-            || env.mem_check(a.rkey, a.va, 8, Access::RemoteAtomic).is_err()
+            || env
+                .mem_check(a.rkey, a.va, 8, Access::RemoteAtomic)
+                .is_err()
         {
             self.remote_access_error(env, scratch, psn, true);
             return;
@@ -661,7 +725,10 @@ where
             return;
         };
         let op = if pkt.info().op == Operation::CompareSwap {
-            AtomicOp::CmpSwap { compare: a.compare, swap: a.swap_add }
+            AtomicOp::CmpSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
@@ -702,7 +769,10 @@ where
                 let r = &mut self.resp.res[i];
                 let read = pkt.info().op == Operation::RdmaReadRequest;
                 // Only what was recorded is answered again, and only to a request that names it.
-                if rkey != Some(r.rkey) || read != (r.kind == ResKind::Read) || (!read && r.psn != psn) {
+                if rkey != Some(r.rkey)
+                    || read != (r.kind == ResKind::Read)
+                    || (!read && r.psn != psn)
+                {
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 }
@@ -724,7 +794,9 @@ where
     pub fn run_responder<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
         let mut sent = 0;
         while sent < budget && self.state != QpState::Err {
-            let Some(i) = (0..self.resp.res_len).map(|k| self.resp.at(k)).find(|&i| self.resp.res[i].pending())
+            let Some(i) = (0..self.resp.res_len)
+                .map(|k| self.resp.at(k))
+                .find(|&i| self.resp.res[i].pending())
             else {
                 break;
             };
@@ -744,7 +816,11 @@ where
     fn emit_response<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], i: usize) -> Emit {
         let r = self.resp.res[i];
         self.resp.res[i].next = r.next + 1;
-        let mut h = Headers::new(Bth { pkey: BTH_DEF_PKEY, dest_qp: self.cfg.dest_qpn, ..Bth::default() });
+        let mut h = Headers::new(Bth {
+            pkey: BTH_DEF_PKEY,
+            dest_qp: self.cfg.dest_qpn,
+            ..Bth::default()
+        });
         let built = match r.kind {
             ResKind::Atomic => {
                 h.bth.opcode = opcode::RC_ATOMIC_ACKNOWLEDGE;
@@ -754,7 +830,9 @@ where
                 super::assemble(scratch, &h, 0, |_| Ok(()))
             }
             _ => {
-                let Some(s) = Segmentation::new(r.len, self.cfg.mtu).and_then(|g| g.segment(r.next)) else {
+                let Some(s) =
+                    Segmentation::new(r.len, self.cfg.mtu).and_then(|g| g.segment(r.next))
+                else {
                     return Emit::Sent;
                 };
                 let pos = Position::of(r.next - r.first, r.count - r.first).unwrap_or(s.position);
@@ -770,7 +848,8 @@ where
                 }
                 let at = r.va.wrapping_add(u64::from(s.offset));
                 super::assemble(scratch, &h, s.len as usize, |buf| {
-                    env.mem_read(r.rkey, at, buf, Access::RemoteRead).map_err(|_| wc_status::REM_ACCESS_ERR)
+                    env.mem_read(r.rkey, at, buf, Access::RemoteRead)
+                        .map_err(|_| wc_status::REM_ACCESS_ERR)
                 })
             }
         };

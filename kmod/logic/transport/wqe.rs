@@ -3,7 +3,7 @@
 //! in the engine's private slots, their validation, and the gather/scatter between a message
 //! and an SGE list.
 
-use super::{wc_status, send_flags, wr_opcode, Access, Config, Env, WrKind, MAX_MSG};
+use super::{send_flags, wc_status, wr_opcode, Access, Config, Env, WrKind, MAX_MSG};
 use crate::logic::{limits::MAX_SGE, qp_state::QpType};
 use crate::uapi::{RecvWqe, SendWqe, Sge};
 use core::mem::{offset_of, size_of};
@@ -21,7 +21,11 @@ pub struct RecvWr {
 
 impl Default for RecvWr {
     fn default() -> Self {
-        RecvWr { wr_id: 0, num_sge: 0, sges: [Sge::default(); MAX_SGE as usize] }
+        RecvWr {
+            wr_id: 0,
+            num_sge: 0,
+            sges: [Sge::default(); MAX_SGE as usize],
+        }
     }
 }
 
@@ -37,11 +41,19 @@ impl RecvWr {
 
     /// Decodes a receive slot (header then SGEs) copied from a ring, bounded by `max_sge`.
     pub fn decode(slot: &[u8], max_sge: u32) -> Option<RecvWr> {
-        let hdr = RecvWqe { wr_id: rd_u64(slot, 0)?, num_sge: rd_u32(slot, 8)?, reserved: 0 };
+        let hdr = RecvWqe {
+            wr_id: rd_u64(slot, 0)?,
+            num_sge: rd_u32(slot, 8)?,
+            reserved: 0,
+        };
         if hdr.num_sge > max_sge || hdr.num_sge > MAX_SGE {
             return None;
         }
-        let mut w = RecvWr { wr_id: hdr.wr_id, num_sge: hdr.num_sge, ..RecvWr::default() };
+        let mut w = RecvWr {
+            wr_id: hdr.wr_id,
+            num_sge: hdr.num_sge,
+            ..RecvWr::default()
+        };
         for i in 0..hdr.num_sge as usize {
             w.sges[i] = read_sge(slot, size_of::<RecvWqe>() + i * size_of::<Sge>())?;
         }
@@ -58,7 +70,11 @@ fn rd_u64(b: &[u8], off: usize) -> Option<u64> {
 }
 
 fn read_sge(b: &[u8], off: usize) -> Option<Sge> {
-    Some(Sge { addr: rd_u64(b, off)?, length: rd_u32(b, off + 8)?, lkey: rd_u32(b, off + 12)? })
+    Some(Sge {
+        addr: rd_u64(b, off)?,
+        length: rd_u32(b, off + 8)?,
+        lkey: rd_u32(b, off + 12)?,
+    })
 }
 
 /// Decodes the fixed part of a send slot.
@@ -106,7 +122,9 @@ impl Source<'_> {
     pub(super) fn gather<E: Env>(&self, env: &mut E, off: u64, buf: &mut [u8]) -> Result<(), u32> {
         match self {
             Source::Inline(b) => {
-                let s = usize::try_from(off).ok().and_then(|o| b.get(o..o + buf.len()));
+                let s = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| b.get(o..o + buf.len()));
                 buf.copy_from_slice(s.ok_or(wc_status::LOC_LEN_ERR)?);
                 Ok(())
             }
@@ -190,7 +208,10 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         (wr_opcode::ATOMIC_FETCH_AND_ADD, QpType::Rc) => WrKind::FetchAdd,
         _ => return Err(wc_status::LOC_QP_OP_ERR),
     };
-    let imm = matches!(w.opcode, wr_opcode::SEND_WITH_IMM | wr_opcode::RDMA_WRITE_WITH_IMM);
+    let imm = matches!(
+        w.opcode,
+        wr_opcode::SEND_WITH_IMM | wr_opcode::RDMA_WRITE_WITH_IMM
+    );
     let inline = w.send_flags & send_flags::INLINE != 0;
     if inline && (w.inline_len > cfg.max_inline || kind.is_rd_atomic()) {
         return Err(wc_status::LOC_QP_OP_ERR);
@@ -201,7 +222,10 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
     let src = source(slot, &w).ok_or(wc_status::LOC_QP_OP_ERR)?;
     let len: u64 = match &src {
         Source::Inline(b) => b.len() as u64,
-        Source::Sges(..) => (0..w.num_sge).filter_map(|i| src.sge(i)).map(|s| u64::from(s.length)).sum(),
+        Source::Sges(..) => (0..w.num_sge)
+            .filter_map(|i| src.sge(i))
+            .map(|s| u64::from(s.length))
+            .sum(),
     };
     if len > MAX_MSG {
         return Err(wc_status::LOC_LEN_ERR);
@@ -239,8 +263,13 @@ pub(super) fn scatter<E: Env>(env: &mut E, r: &RecvWr, off: u64, data: &[u8]) ->
             continue;
         }
         let n = core::cmp::min(slen - off, (data.len() - done) as u64) as usize;
-        env.mem_write(s.lkey, s.addr.wrapping_add(off), &data[done..done + n], Access::LocalWrite)
-            .map_err(|_| wc_status::LOC_PROT_ERR)?;
+        env.mem_write(
+            s.lkey,
+            s.addr.wrapping_add(off),
+            &data[done..done + n],
+            Access::LocalWrite,
+        )
+        .map_err(|_| wc_status::LOC_PROT_ERR)?;
         done += n;
         off = 0;
     }

@@ -18,7 +18,10 @@ mod common;
 use common::*;
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Packets of real conversations (both directions), the seeds of the mutations.
@@ -33,26 +36,54 @@ fn corpus() -> Vec<(Vec<u8>, bool)> {
             false
         }));
         for i in 0..4 {
-            p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 0x1_0000, 0x1_0000, 0x200));
+            p.sb.rq
+                .push_back(recv(i, 0x2000_0000 + i * 0x1_0000, 0x1_0000, 0x200));
         }
         let mut s = signaled(wr_opcode::SEND_WITH_IMM, 1, 1);
         s.remote_qpn = 18;
         s.remote_qkey = 0x1111;
-        p.post_send(s, &[Sge { addr: 0x1000_0000, length: if t == QpType::Ud { 200 } else { 1000 }, lkey: 0x100 }], &[]);
+        p.post_send(
+            s,
+            &[Sge {
+                addr: 0x1000_0000,
+                length: if t == QpType::Ud { 200 } else { 1000 },
+                lkey: 0x100,
+            }],
+            &[],
+        );
         if t != QpType::Ud {
             let mut w = signaled(wr_opcode::RDMA_WRITE_WITH_IMM, 2, 1);
             w.remote_addr = 0x1000_8000;
             w.rkey = 0x100;
-            p.post_send(w, &[Sge { addr: 0x1000_0000, length: 700, lkey: 0x100 }], &[]);
+            p.post_send(
+                w,
+                &[Sge {
+                    addr: 0x1000_0000,
+                    length: 700,
+                    lkey: 0x100,
+                }],
+                &[],
+            );
         }
         if t == QpType::Rc {
             let (r, sge) = read_wr(3, 0x1000_0000, 0x2010_0000, 900);
             p.post_send(r, &[sge], &[]);
-            for (k, op) in [(4, wr_opcode::ATOMIC_CMP_AND_SWP), (5, wr_opcode::ATOMIC_FETCH_AND_ADD)] {
+            for (k, op) in [
+                (4, wr_opcode::ATOMIC_CMP_AND_SWP),
+                (5, wr_opcode::ATOMIC_FETCH_AND_ADD),
+            ] {
                 let mut a = signaled(op, k, 1);
                 a.remote_addr = 0x1000_0040;
                 a.rkey = 0x100;
-                p.post_send(a, &[Sge { addr: 0x2020_0000, length: 8, lkey: 0x200 }], &[]);
+                p.post_send(
+                    a,
+                    &[Sge {
+                        addr: 0x2020_0000,
+                        length: 8,
+                        lkey: 0x200,
+                    }],
+                    &[],
+                );
             }
         }
         p.run();
@@ -119,8 +150,15 @@ fn mutate(rng: &mut Rng, b: &[u8]) -> Vec<u8> {
     v
 }
 
-const STATES: [QpState; 7] =
-    [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Sqd, QpState::Sqe, QpState::Err];
+const STATES: [QpState; 7] = [
+    QpState::Reset,
+    QpState::Init,
+    QpState::Rtr,
+    QpState::Rts,
+    QpState::Sqd,
+    QpState::Sqe,
+    QpState::Err,
+];
 
 #[test]
 fn receive_path_survives_hostile_packets() {
@@ -137,10 +175,19 @@ fn receive_path_survives_hostile_packets() {
         if k % 4096 == 0 {
             pairs.clear();
             for (i, t) in [QpType::Rc, QpType::Uc, QpType::Ud].into_iter().enumerate() {
-                let st = if rng.next() % 5 < 3 { QpState::Rts } else { STATES[(rng.next() as usize + i) % STATES.len()] };
+                let st = if rng.next() % 5 < 3 {
+                    QpState::Rts
+                } else {
+                    STATES[(rng.next() as usize + i) % STATES.len()]
+                };
                 let mut p = Pair::new(t, [256, 1024, 4096][(rng.next() % 3) as usize]);
                 for j in 0..8 {
-                    p.sb.rq.push_back(recv(j, 0x2000_0000 + j * 0x1000, 0x800, if j % 3 == 2 { 0x777 } else { 0x200 }));
+                    p.sb.rq.push_back(recv(
+                        j,
+                        0x2000_0000 + j * 0x1000,
+                        0x800,
+                        if j % 3 == 2 { 0x777 } else { 0x200 },
+                    ));
                 }
                 p.sb.rq_broken = rng.next() % 16 == 0;
                 p.b.set_state(&mut p.sb, st, false);
@@ -149,11 +196,15 @@ fn receive_path_survives_hostile_packets() {
         }
         let (bytes, _) = &corpus[(rng.next() as usize) % corpus.len()];
         let pkt_bytes = if rng.next() % 50 == 0 {
-            (0..(rng.next() % 300) as usize).map(|_| rng.next() as u8).collect()
+            (0..(rng.next() % 300) as usize)
+                .map(|_| rng.next() as u8)
+                .collect()
         } else {
             mutate(&mut rng, bytes)
         };
-        let Ok(pkt) = Packet::parse(&pkt_bytes) else { continue };
+        let Ok(pkt) = Packet::parse(&pkt_bytes) else {
+            continue;
+        };
         parsed += 1;
         let p = &mut pairs[(rng.next() % 3) as usize];
         // A QP the fuzz killed comes back (RESET .. RTS) at a PSN near the corpus'.
@@ -164,22 +215,35 @@ fn receive_path_survives_hostile_packets() {
                 }
                 let psn = 0xff_fff0 + (rng.next() % 8) as u32;
                 e.set_psns(Some(psn), Some(psn));
-                sd.rq.extend((0..4).map(|j| recv(j, 0x2000_0000 + j * 0x1000, 0x800, 0x200)));
+                sd.rq
+                    .extend((0..4).map(|j| recv(j, 0x2000_0000 + j * 0x1000, 0x800, 0x200)));
             }
         }
         let mut src = GID_A;
         if rng.next() % 8 == 0 {
             src[15] = rng.next() as u8;
         }
-        let info = RxInfo { grh: [0; GRH_LEN], src, dst: GID_B };
+        let info = RxInfo {
+            grh: [0; GRH_LEN],
+            src,
+            dst: GID_B,
+        };
         // Either side: the responder gets requests, the requester responses.
-        let (eng, side) = if rng.next() % 2 == 0 { (&mut p.b, &mut p.sb) } else { (&mut p.a, &mut p.sa) };
+        let (eng, side) = if rng.next() % 2 == 0 {
+            (&mut p.b, &mut p.sb)
+        } else {
+            (&mut p.a, &mut p.sa)
+        };
         eng.rx(side, &mut scratch, &pkt, &info);
         eng.run_responder(side, &mut scratch, READ_BURST);
         eng.flush_ack(side, &mut scratch);
         handled += 1;
         max_burst = max_burst.max(side.out.len());
-        assert!(side.out.len() as u32 <= READ_BURST + 2, "one packet made {} packets", side.out.len());
+        assert!(
+            side.out.len() as u32 <= READ_BURST + 2,
+            "one packet made {} packets",
+            side.out.len()
+        );
         emitted += side.out.len() as u64;
         side.out.clear();
         // What is owed drains in bounded time: at most the recorded resources.

@@ -22,14 +22,25 @@ fn rc_send_segments_and_completes() {
     for len in [0u32, 1, 1023, 1024, 1025, 5000, 65536] {
         let mut p = Pair::new(QpType::Rc, 1024);
         p.sb.rq.push_back(recv(7, 0x2000_0000, 70000, 0x200));
-        p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0010, length: len, lkey: 0x100 }], &[]);
+        p.post_send(
+            signaled(wr_opcode::SEND, 1, 1),
+            &[Sge {
+                addr: 0x1000_0010,
+                length: len,
+                lkey: 0x100,
+            }],
+            &[],
+        );
         p.run();
         assert_eq!(p.sa.send_cq.len(), 1, "len {len}");
         assert_eq!(p.sa.send_cq[0].status, wc_status::SUCCESS);
         assert_eq!(p.sb.recv_cq.len(), 1);
         assert_eq!(p.sb.recv_cq[0].byte_len, len);
         assert_eq!(p.sb.recv_cq[0].wr_id, 7);
-        assert_eq!(bytes(&p.sb, 0x200, 0x2000_0000, len as usize), bytes(&p.sa, 0x100, 0x1000_0010, len as usize));
+        assert_eq!(
+            bytes(&p.sb, 0x200, 0x2000_0000, len as usize),
+            bytes(&p.sa, 0x100, 0x1000_0010, len as usize)
+        );
     }
 }
 
@@ -39,16 +50,47 @@ fn rc_write_read_atomics() {
     let mut w = signaled(wr_opcode::RDMA_WRITE, 1, 2);
     w.remote_addr = 0x1000_1000;
     w.rkey = 0x100;
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 300, lkey: 0x100 }, Sge { addr: 0x1000_2000, length: 500, lkey: 0x100 }], &[]);
+    p.post_send(
+        w,
+        &[
+            Sge {
+                addr: 0x1000_0000,
+                length: 300,
+                lkey: 0x100,
+            },
+            Sge {
+                addr: 0x1000_2000,
+                length: 500,
+                lkey: 0x100,
+            },
+        ],
+        &[],
+    );
     let mut r = signaled(wr_opcode::RDMA_READ, 2, 1);
     r.remote_addr = 0x1000_3000;
     r.rkey = 0x100;
-    p.post_send(r, &[Sge { addr: 0x2000_0000, length: 1000, lkey: 0x200 }], &[]);
+    p.post_send(
+        r,
+        &[Sge {
+            addr: 0x2000_0000,
+            length: 1000,
+            lkey: 0x200,
+        }],
+        &[],
+    );
     let mut a = signaled(wr_opcode::ATOMIC_FETCH_AND_ADD, 3, 1);
     a.remote_addr = 0x1000_0008;
     a.rkey = 0x100;
     a.compare_add = 5;
-    p.post_send(a, &[Sge { addr: 0x2000_1000, length: 8, lkey: 0x200 }], &[]);
+    p.post_send(
+        a,
+        &[Sge {
+            addr: 0x2000_1000,
+            length: 8,
+            lkey: 0x200,
+        }],
+        &[],
+    );
     let before = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0008, 8).try_into().unwrap());
     p.run();
     let st: Vec<_> = p.sa.send_cq.iter().map(|c| (c.wr_id, c.status)).collect();
@@ -56,8 +98,14 @@ fn rc_write_read_atomics() {
     let mut src = bytes(&p.sa, 0x100, 0x1000_0000, 300);
     src.extend(bytes(&p.sa, 0x100, 0x1000_2000, 500));
     assert_eq!(bytes(&p.sb, 0x100, 0x1000_1000, 800), src);
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 1000), bytes(&p.sb, 0x100, 0x1000_3000, 1000));
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_1000, 8), before.to_ne_bytes().to_vec());
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 1000),
+        bytes(&p.sb, 0x100, 0x1000_3000, 1000)
+    );
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_1000, 8),
+        before.to_ne_bytes().to_vec()
+    );
     let after = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0008, 8).try_into().unwrap());
     assert_eq!(after, before.wrapping_add(5));
 }
@@ -68,27 +116,70 @@ fn rc_big_read_is_paced_and_acks_stay_in_order() {
     let mut r = signaled(wr_opcode::RDMA_READ, 1, 1);
     r.remote_addr = 0x1000_0000;
     r.rkey = 0x100;
-    p.post_send(r, &[Sge { addr: 0x2000_0000, length: 1 << 20, lkey: 0x200 }], &[]);
+    p.post_send(
+        r,
+        &[Sge {
+            addr: 0x2000_0000,
+            length: 1 << 20,
+            lkey: 0x200,
+        }],
+        &[],
+    );
     p.sb.rq.push_back(recv(5, 0x2010_0000, 100, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     // One requester step: the READ request and the SEND reach the responder, which owes
     // 1024 READ response packets but sends at most READ_BURST of them at once.
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     let pkts: Vec<_> = p.sa.out.drain(..).collect();
     for (b, _) in &pkts {
         let pkt = Packet::parse(b).unwrap();
-        p.b.rx(&mut p.sb, &mut p.scratch, &pkt, &RxInfo { grh: [0; GRH_LEN], src: GID_A, dst: GID_B });
+        p.b.rx(
+            &mut p.sb,
+            &mut p.scratch,
+            &pkt,
+            &RxInfo {
+                grh: [0; GRH_LEN],
+                src: GID_A,
+                dst: GID_B,
+            },
+        );
         p.b.run_responder(&mut p.sb, &mut p.scratch, READ_BURST);
         p.b.flush_ack(&mut p.sb, &mut p.scratch);
     }
     assert!(!p.sb.out.is_empty());
-    assert!(p.sb.out.len() as u32 <= READ_BURST, "{} packets at once", p.sb.out.len());
+    assert!(
+        p.sb.out.len() as u32 <= READ_BURST,
+        "{} packets at once",
+        p.sb.out.len()
+    );
     assert!(p.b.responder_pending());
     // No ACK overtakes the owed READ responses.
-    assert!(p.sb.out.iter().all(|(b, _)| Packet::parse(b).unwrap().info().op != rrxe_host_tests::logic::opcode::Operation::Acknowledge));
+    assert!(p
+        .sb
+        .out
+        .iter()
+        .all(|(b, _)| Packet::parse(b).unwrap().info().op
+            != rrxe_host_tests::logic::opcode::Operation::Acknowledge));
     p.run();
-    assert_eq!(p.sa.send_cq.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, 0), (2, 0)]);
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 1 << 20), bytes(&p.sb, 0x100, 0x1000_0000, 1 << 20));
+    assert_eq!(
+        p.sa.send_cq
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(1, 0), (2, 0)]
+    );
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 1 << 20),
+        bytes(&p.sb, 0x100, 0x1000_0000, 1 << 20)
+    );
 }
 
 #[test]
@@ -97,11 +188,22 @@ fn rc_bad_rkey_naks_and_flushes() {
     let mut w = signaled(wr_opcode::RDMA_WRITE, 1, 1);
     w.remote_addr = 0x1000_0000;
     w.rkey = 0x999;
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 64, lkey: 0x100 }], &[]);
+    p.post_send(
+        w,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 64,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.post_send(signaled(wr_opcode::SEND, 2, 0), &[], &[]);
     p.run();
     let st: Vec<_> = p.sa.send_cq.iter().map(|c| (c.wr_id, c.status)).collect();
-    assert_eq!(st, vec![(1, wc_status::REM_ACCESS_ERR), (2, wc_status::WR_FLUSH_ERR)]);
+    assert_eq!(
+        st,
+        vec![(1, wc_status::REM_ACCESS_ERR), (2, wc_status::WR_FLUSH_ERR)]
+    );
     assert_eq!(p.a.state(), QpState::Err);
 }
 
@@ -109,7 +211,15 @@ fn rc_bad_rkey_naks_and_flushes() {
 fn rc_bad_lkey_is_local_protection_error() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(7, 0x2000_0000, 100, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 64, lkey: 0x777 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 64,
+            lkey: 0x777,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(p.sa.send_cq[0].status, wc_status::LOC_PROT_ERR);
     assert_eq!(p.sa.events, vec![Event::QpFatal]);
@@ -118,13 +228,30 @@ fn rc_bad_lkey_is_local_protection_error() {
 #[test]
 fn rc_rnr_then_recovers() {
     let mut p = Pair::new(QpType::Rc, 1024);
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 3000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 3000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     // No receive posted: RNR NAK, the timer fires (the sim fires at once) ... post it late.
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     let pkts: Vec<_> = p.sa.out.drain(..).collect();
     for (b, _) in &pkts {
         let pkt = Packet::parse(b).unwrap();
-        p.b.rx(&mut p.sb, &mut p.scratch, &pkt, &RxInfo { grh: [0; GRH_LEN], src: GID_A, dst: GID_B });
+        p.b.rx(
+            &mut p.sb,
+            &mut p.scratch,
+            &pkt,
+            &RxInfo {
+                grh: [0; GRH_LEN],
+                src: GID_A,
+                dst: GID_B,
+            },
+        );
     }
     assert_eq!(p.b.counters.get(Stat::RxNoBuffer), 1);
     p.sb.rq.push_back(recv(9, 0x2000_0000, 4000, 0x200));
@@ -140,12 +267,34 @@ fn rc_lost_packet_recovers_through_sequence_nak() {
     let mut p = Pair::new(QpType::Rc, 256);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
     p.sb.rq.push_back(recv(2, 0x2000_2000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 2000, lkey: 0x100 }], &[]);
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_4000, length: 2000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 2000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_4000,
+            length: 2000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.drop_nth = Some(3);
     p.run();
-    assert_eq!(p.sa.send_cq.iter().map(|c| c.status).collect::<Vec<_>>(), vec![0, 0]);
-    assert_eq!(bytes(&p.sb, 0x200, 0x2000_2000, 2000), bytes(&p.sa, 0x100, 0x1000_4000, 2000));
+    assert_eq!(
+        p.sa.send_cq.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![0, 0]
+    );
+    assert_eq!(
+        bytes(&p.sb, 0x200, 0x2000_2000, 2000),
+        bytes(&p.sa, 0x100, 0x1000_4000, 2000)
+    );
     assert!(p.b.counters.get(Stat::SeqNaksSent) >= 1);
 }
 
@@ -154,8 +303,24 @@ fn uc_gap_drops_whole_message() {
     let mut p = Pair::new(QpType::Uc, 256);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
     p.sb.rq.push_back(recv(2, 0x2000_2000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 1000, lkey: 0x100 }], &[]);
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_4000, length: 1000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 1000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_4000,
+            length: 1000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.drop_nth = Some(1);
     p.run();
     // Both sends complete locally; only the second message arrives, into the first WQE.
@@ -163,7 +328,10 @@ fn uc_gap_drops_whole_message() {
     assert_eq!(p.sb.recv_cq.len(), 1);
     assert_eq!(p.sb.recv_cq[0].wr_id, 1);
     assert_eq!(p.sb.recv_cq[0].byte_len, 1000);
-    assert_eq!(bytes(&p.sb, 0x200, 0x2000_0000, 1000), bytes(&p.sa, 0x100, 0x1000_4000, 1000));
+    assert_eq!(
+        bytes(&p.sb, 0x200, 0x2000_0000, 1000),
+        bytes(&p.sa, 0x100, 0x1000_4000, 1000)
+    );
 }
 
 #[test]
@@ -174,10 +342,26 @@ fn ud_grh_and_qkey() {
     w.remote_qpn = 18;
     w.remote_qkey = 0x1111;
     w.imm_data = 0x1234_5678;
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 500, lkey: 0x100 }], &[]);
+    p.post_send(
+        w,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 500,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     let mut bad = w;
     bad.remote_qkey = 0x2222;
-    p.post_send(bad, &[Sge { addr: 0x1000_0000, length: 500, lkey: 0x100 }], &[]);
+    p.post_send(
+        bad,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 500,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(p.sa.send_cq.len(), 2);
     assert_eq!(p.sb.recv_cq.len(), 1);
@@ -187,10 +371,21 @@ fn ud_grh_and_qkey() {
     assert_eq!(c.imm_data, 0x1234_5678);
     assert_eq!(c.wc_flags, wc_flags::GRH | wc_flags::WITH_IMM);
     assert_eq!(bytes(&p.sb, 0x200, 0x2000_0000, 40), vec![0x47; 40]);
-    assert_eq!(bytes(&p.sb, 0x200, 0x2000_0028, 500), bytes(&p.sa, 0x100, 0x1000_0000, 500));
+    assert_eq!(
+        bytes(&p.sb, 0x200, 0x2000_0028, 500),
+        bytes(&p.sa, 0x100, 0x1000_0000, 500)
+    );
     assert_eq!(p.b.counters.get(Stat::RxDroppedMsgs), 1);
     // Larger than the MTU: refused locally.
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 1025, lkey: 0x100 }], &[]);
+    p.post_send(
+        w,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 1025,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     assert_eq!(p.sa.send_cq[2].status, wc_status::LOC_LEN_ERR);
 }
 
@@ -199,7 +394,13 @@ fn inline_send_and_unsignaled() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 200, 0x200));
     p.sb.rq.push_back(recv(2, 0x2000_1000, 200, 0x200));
-    let mut w = SendWqe { wr_id: 1, opcode: wr_opcode::SEND, send_flags: send_flags::INLINE, inline_len: 100, ..SendWqe::default() };
+    let mut w = SendWqe {
+        wr_id: 1,
+        opcode: wr_opcode::SEND,
+        send_flags: send_flags::INLINE,
+        inline_len: 100,
+        ..SendWqe::default()
+    };
     p.post_send(w, &[], &[0xab; 100]);
     w.wr_id = 2;
     w.send_flags |= send_flags::SIGNALED;
@@ -215,7 +416,15 @@ fn inline_send_and_unsignaled() {
 fn recv_too_small_is_length_error() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 100, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 200, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 200,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(p.sb.recv_cq[0].status, wc_status::LOC_LEN_ERR);
     assert_eq!(p.sa.send_cq[0].status, wc_status::REM_INV_REQ_ERR);
@@ -225,19 +434,49 @@ fn recv_too_small_is_length_error() {
 fn destroy_flushes_outstanding() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 100, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.set_state(&mut p.sa, QpState::Err, false);
     p.b.set_state(&mut p.sb, QpState::Err, false);
-    assert_eq!(p.sa.send_cq.iter().map(|c| c.status).collect::<Vec<_>>(), vec![5, 5]);
-    assert_eq!(p.sb.recv_cq.iter().map(|c| c.status).collect::<Vec<_>>(), vec![5]);
+    assert_eq!(
+        p.sa.send_cq.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![5, 5]
+    );
+    assert_eq!(
+        p.sb.recv_cq.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![5]
+    );
 }
 
 #[test]
 fn psn_wraps_during_transfer() {
     let mut p = Pair::new(QpType::Rc, 256);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 1 << 20, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 100_000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 100_000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(p.sa.send_cq[0].status, 0);
     assert!(p.a.sq_psn() < 0x1000, "wrapped: {:#x}", p.a.sq_psn());
@@ -310,17 +549,27 @@ proptest! {
 
 // ---- loss recovery (reliability issue): each case on its own, then a property test ----
 
-
 #[test]
 fn tail_loss_is_recovered_by_the_timer() {
     let mut p = Pair::new(QpType::Rc, 256);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 1000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 1000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     // The 4th packet is the last request: no later packet exposes the gap.
     p.drop_nth = Some(3);
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
-    assert_eq!(bytes(&p.sb, 0x200, 0x2000_0000, 1000), bytes(&p.sa, 0x100, 0x1000_0000, 1000));
+    assert_eq!(
+        bytes(&p.sb, 0x200, 0x2000_0000, 1000),
+        bytes(&p.sa, 0x100, 0x1000_0000, 1000)
+    );
     assert!(p.sa.stat(Stat::Timeouts) >= 1 && p.sa.stat(Stat::Retransmits) >= 1);
     assert_eq!(p.sb.recv_cq.len(), 1, "delivered once");
 }
@@ -330,7 +579,15 @@ fn lost_final_ack_is_recovered() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
     p.sb.rq.push_back(recv(2, 0x2000_2000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 100, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 100,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     let mut acks = 0;
     p.drop_if = Some(Box::new(move |pkt, from_a| {
         if !from_a && is_op(pkt, Operation::Acknowledge) {
@@ -341,7 +598,11 @@ fn lost_final_ack_is_recovered() {
     }));
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
-    assert_eq!(p.sb.recv_cq.len(), 1, "the retransmitted SEND is a duplicate, not a second message");
+    assert_eq!(
+        p.sb.recv_cq.len(),
+        1,
+        "the retransmitted SEND is a duplicate, not a second message"
+    );
     assert!(p.sb.stat(Stat::DuplicateRequests) >= 1);
 }
 
@@ -349,12 +610,29 @@ fn lost_final_ack_is_recovered() {
 fn lost_sequence_nak_is_recovered() {
     let mut p = Pair::new(QpType::Rc, 256);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 2000, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 2000,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.drop_nth = Some(2);
-    p.drop_if = Some(Box::new(|pkt, from_a| !from_a && is_op(pkt, Operation::Acknowledge) && pkt.aeth().is_some_and(|a| matches!(a.syndrome(), rrxe_host_tests::logic::wire::Syndrome::Nak(_)))));
+    p.drop_if = Some(Box::new(|pkt, from_a| {
+        !from_a
+            && is_op(pkt, Operation::Acknowledge)
+            && pkt.aeth().is_some_and(|a| {
+                matches!(a.syndrome(), rrxe_host_tests::logic::wire::Syndrome::Nak(_))
+            })
+    }));
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
-    assert_eq!(bytes(&p.sb, 0x200, 0x2000_0000, 2000), bytes(&p.sa, 0x100, 0x1000_0000, 2000));
+    assert_eq!(
+        bytes(&p.sb, 0x200, 0x2000_0000, 2000),
+        bytes(&p.sa, 0x100, 0x1000_0000, 2000)
+    );
     assert!(p.sb.stat(Stat::SeqNaksSent) >= 1 && p.sa.stat(Stat::Timeouts) >= 1);
 }
 
@@ -374,7 +652,11 @@ fn lost_read_response_first_middle_or_last_leaves_no_hole() {
         }));
         p.run();
         assert_eq!(statuses(&p.sa), vec![(1, 0)], "{name}");
-        assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 2048), bytes(&p.sb, 0x100, 0x1000_0000, 2048), "{name}");
+        assert_eq!(
+            bytes(&p.sa, 0x200, 0x2000_0000, 2048),
+            bytes(&p.sb, 0x100, 0x1000_0000, 2048),
+            "{name}"
+        );
     }
 }
 
@@ -401,8 +683,18 @@ fn read_gap_asks_only_for_the_missing_part() {
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
     let s = seen.borrow();
     assert_eq!(s.len(), 2, "{s:x?}");
-    assert_eq!(s[1], (Psn::from_masked(0xff_fff0 + 3).get(), 0x1000_0000 + 3 * 256, 2048 - 3 * 256));
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 2048), bytes(&p.sb, 0x100, 0x1000_0000, 2048));
+    assert_eq!(
+        s[1],
+        (
+            Psn::from_masked(0xff_fff0 + 3).get(),
+            0x1000_0000 + 3 * 256,
+            2048 - 3 * 256
+        )
+    );
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 2048),
+        bytes(&p.sb, 0x100, 0x1000_0000, 2048)
+    );
 }
 
 #[test]
@@ -413,7 +705,15 @@ fn lost_atomic_ack_replays_and_never_executes_twice() {
     a.rkey = 0x100;
     a.compare_add = 3;
     let before = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0008, 8).try_into().unwrap());
-    p.post_send(a, &[Sge { addr: 0x2000_0000, length: 8, lkey: 0x200 }], &[]);
+    p.post_send(
+        a,
+        &[Sge {
+            addr: 0x2000_0000,
+            length: 8,
+            lkey: 0x200,
+        }],
+        &[],
+    );
     let mut n = 0;
     p.drop_if = Some(Box::new(move |pkt, from_a| {
         if !from_a && is_op(pkt, Operation::AtomicAcknowledge) {
@@ -427,18 +727,35 @@ fn lost_atomic_ack_replays_and_never_executes_twice() {
     assert_eq!(p.sb.atomics_executed, 1);
     let after = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0008, 8).try_into().unwrap());
     assert_eq!(after, before.wrapping_add(3));
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 8), before.to_ne_bytes().to_vec());
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 8),
+        before.to_ne_bytes().to_vec()
+    );
 }
 
 #[test]
 fn duplicated_atomic_is_executed_once() {
-    let mut p = Pair::new(QpType::Rc, 1024).faulty(Faults { dup: 100, ..Faults::default() }, 7);
+    let mut p = Pair::new(QpType::Rc, 1024).faulty(
+        Faults {
+            dup: 100,
+            ..Faults::default()
+        },
+        7,
+    );
     for i in 0..4 {
         let mut a = signaled(wr_opcode::ATOMIC_FETCH_AND_ADD, i, 1);
         a.remote_addr = 0x1000_0010;
         a.rkey = 0x100;
         a.compare_add = 1;
-        p.post_send(a, &[Sge { addr: 0x2000_0000 + i * 8, length: 8, lkey: 0x200 }], &[]);
+        p.post_send(
+            a,
+            &[Sge {
+                addr: 0x2000_0000 + i * 8,
+                length: 8,
+                lkey: 0x200,
+            }],
+            &[],
+        );
     }
     let before = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0010, 8).try_into().unwrap());
     p.run();
@@ -448,7 +765,10 @@ fn duplicated_atomic_is_executed_once() {
     let after = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x1000_0010, 8).try_into().unwrap());
     assert_eq!(after, before + 4);
     for i in 0..4u64 {
-        assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000 + i * 8, 8), (before + i).to_ne_bytes().to_vec());
+        assert_eq!(
+            bytes(&p.sa, 0x200, 0x2000_0000 + i * 8, 8),
+            (before + i).to_ne_bytes().to_vec()
+        );
     }
 }
 
@@ -458,7 +778,15 @@ fn ack_past_an_outstanding_read_is_an_implied_nak() {
     p.sb.rq.push_back(recv(9, 0x2010_0000, 100, 0x200));
     let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 512);
     p.post_send(w, &[sge], &[]);
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     let mut n = 0;
     p.drop_if = Some(Box::new(move |pkt, from_a| {
         if !from_a && is_op(pkt, Operation::RdmaReadResponse) {
@@ -470,8 +798,15 @@ fn ack_past_an_outstanding_read_is_an_implied_nak() {
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0), (2, 0)]);
     assert!(p.sa.stat(Stat::ImpliedNaks) >= 1);
-    assert_eq!(p.sa.stat(Stat::Timeouts), 0, "recovered without waiting for the timer");
-    assert_eq!(bytes(&p.sa, 0x200, 0x2000_0000, 512), bytes(&p.sb, 0x100, 0x1000_0000, 512));
+    assert_eq!(
+        p.sa.stat(Stat::Timeouts),
+        0,
+        "recovered without waiting for the timer"
+    );
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 512),
+        bytes(&p.sb, 0x100, 0x1000_0000, 512)
+    );
     assert_eq!(p.sb.recv_cq.len(), 1);
 }
 
@@ -479,13 +814,36 @@ fn ack_past_an_outstanding_read_is_an_implied_nak() {
 fn retries_exhausted_fail_with_retry_exc_err() {
     for retry_cnt in [0u8, 3, 7] {
         let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = retry_cnt);
-        p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
-        p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+        p.post_send(
+            signaled(wr_opcode::SEND, 1, 1),
+            &[Sge {
+                addr: 0x1000_0000,
+                length: 10,
+                lkey: 0x100,
+            }],
+            &[],
+        );
+        p.post_send(
+            signaled(wr_opcode::SEND, 2, 1),
+            &[Sge {
+                addr: 0x1000_0000,
+                length: 10,
+                lkey: 0x100,
+            }],
+            &[],
+        );
         p.drop_if = Some(Box::new(|_, from_a| from_a));
         p.run();
-        assert_eq!(statuses(&p.sa), vec![(1, wc_status::RETRY_EXC_ERR), (2, wc_status::WR_FLUSH_ERR)]);
+        assert_eq!(
+            statuses(&p.sa),
+            vec![(1, wc_status::RETRY_EXC_ERR), (2, wc_status::WR_FLUSH_ERR)]
+        );
         assert_eq!(p.a.state(), QpState::Err);
-        assert_eq!(p.sa.stat(Stat::Timeouts), u64::from(retry_cnt) + 1, "retry_cnt {retry_cnt}: 7 is not infinite");
+        assert_eq!(
+            p.sa.stat(Stat::Timeouts),
+            u64::from(retry_cnt) + 1,
+            "retry_cnt {retry_cnt}: 7 is not infinite"
+        );
         assert!(p.sa.retry_timer.is_none());
     }
 }
@@ -493,7 +851,15 @@ fn retries_exhausted_fail_with_retry_exc_err() {
 #[test]
 fn timer_backs_off_to_four_times_and_resets_on_progress() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = 7);
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     p.sa.out.clear();
     let base = 67_108u64;
@@ -508,10 +874,26 @@ fn timer_backs_off_to_four_times_and_resets_on_progress() {
     for i in 1..=3 {
         p.sb.rq.push_back(recv(i, 0x2000_0000, 100, 0x200));
     }
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0), (2, 0)]);
-    p.post_send(signaled(wr_opcode::SEND, 3, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 3, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     assert_eq!(p.sa.retry_timer, Some(base));
 }
@@ -519,12 +901,23 @@ fn timer_backs_off_to_four_times_and_resets_on_progress() {
 #[test]
 fn timeout_zero_never_retransmits() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 0);
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.drop_if = Some(Box::new(|_, from_a| from_a));
     p.run();
     assert!(p.sa.send_cq.is_empty());
     assert_eq!(p.sa.stat(Stat::Timeouts), 0);
-    let c = |t| Config { timeout: t, ..*p.a.config() };
+    let c = |t| Config {
+        timeout: t,
+        ..*p.a.config()
+    };
     assert_eq!(c(14).retry_timeout_usecs(), Some(67_108));
     assert_eq!(c(0).retry_timeout_usecs(), None);
     assert_eq!(c(31).retry_timeout_usecs(), Some(8_796_093_022));
@@ -533,7 +926,15 @@ fn timeout_zero_never_retransmits() {
 #[test]
 fn rnr_retries_exhausted() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.rnr_retry = 2);
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, wc_status::RNR_RETRY_EXC_ERR)]);
     assert_eq!(p.sa.stat(Stat::RnrNaksRcvd), 3);
@@ -548,10 +949,26 @@ fn fenced_wr_waits_for_earlier_reads() {
     p.post_send(w, &[sge], &[]);
     let mut s = signaled(wr_opcode::SEND, 2, 1);
     s.send_flags |= send_flags::FENCE;
-    p.post_send(s, &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        s,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
-    let ops: Vec<_> = p.sa.out.iter().map(|(b, _)| Packet::parse(b).unwrap().info().op).collect();
-    assert_eq!(ops, vec![Operation::RdmaReadRequest], "the fenced SEND waits");
+    let ops: Vec<_> =
+        p.sa.out
+            .iter()
+            .map(|(b, _)| Packet::parse(b).unwrap().info().op)
+            .collect();
+    assert_eq!(
+        ops,
+        vec![Operation::RdmaReadRequest],
+        "the fenced SEND waits"
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0), (2, 0)]);
 }
@@ -560,14 +977,31 @@ fn fenced_wr_waits_for_earlier_reads() {
 fn forged_packets_from_elsewhere_are_dropped() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     let (b, _) = p.sa.out.pop().unwrap();
     let pkt = Packet::parse(&b).unwrap();
     let mut evil = GID_B;
     evil[15] = 66;
     for (src, dst) in [(evil, GID_B), (GID_A, evil)] {
-        p.b.rx(&mut p.sb, &mut p.scratch, &pkt, &RxInfo { grh: [0; GRH_LEN], src, dst });
+        p.b.rx(
+            &mut p.sb,
+            &mut p.scratch,
+            &pkt,
+            &RxInfo {
+                grh: [0; GRH_LEN],
+                src,
+                dst,
+            },
+        );
     }
     assert_eq!(p.sb.stat(Stat::RxAdmissionDrops), 2);
     assert!(p.sb.recv_cq.is_empty());
@@ -577,10 +1011,28 @@ fn forged_packets_from_elsewhere_are_dropped() {
     p.b.flush_ack(&mut p.sb, &mut p.scratch);
     let (ack, _) = p.sb.out.pop().unwrap();
     let ack = Packet::parse(&ack).unwrap();
-    p.a.rx(&mut p.sa, &mut p.scratch, &ack, &RxInfo { grh: [0; GRH_LEN], src: evil, dst: GID_A });
+    p.a.rx(
+        &mut p.sa,
+        &mut p.scratch,
+        &ack,
+        &RxInfo {
+            grh: [0; GRH_LEN],
+            src: evil,
+            dst: GID_A,
+        },
+    );
     assert_eq!(p.sa.stat(Stat::RxAdmissionDrops), 1);
     assert!(p.sa.send_cq.is_empty());
-    p.a.rx(&mut p.sa, &mut p.scratch, &ack, &RxInfo { grh: [0; GRH_LEN], src: GID_B, dst: GID_A });
+    p.a.rx(
+        &mut p.sa,
+        &mut p.scratch,
+        &ack,
+        &RxInfo {
+            grh: [0; GRH_LEN],
+            src: GID_B,
+            dst: GID_A,
+        },
+    );
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
 }
 
@@ -588,15 +1040,43 @@ fn forged_packets_from_elsewhere_are_dropped() {
 fn local_error_completes_after_older_wrs_in_sq_order() {
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     // WR 1 is in flight when WR 2 fails its lkey check.
-    p.post_send(signaled(wr_opcode::SEND, 2, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x777 }], &[]);
-    p.post_send(signaled(wr_opcode::SEND, 3, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 2, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x777,
+        }],
+        &[],
+    );
+    p.post_send(
+        signaled(wr_opcode::SEND, 3, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     assert_eq!(
         statuses(&p.sa),
-        vec![(1, wc_status::WR_FLUSH_ERR), (2, wc_status::LOC_PROT_ERR), (3, wc_status::WR_FLUSH_ERR)]
+        vec![
+            (1, wc_status::WR_FLUSH_ERR),
+            (2, wc_status::LOC_PROT_ERR),
+            (3, wc_status::WR_FLUSH_ERR)
+        ]
     );
 }
 
@@ -608,10 +1088,23 @@ fn nak_is_charged_to_the_wr_that_caused_it() {
     let mut w = signaled(wr_opcode::RDMA_WRITE, 2, 1);
     w.remote_addr = 0x1000_0000;
     w.rkey = 0x999;
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 64, lkey: 0x100 }], &[]);
-    p.drop_if = Some(Box::new(|pkt, from_a| !from_a && is_op(pkt, Operation::RdmaReadResponse)));
+    p.post_send(
+        w,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 64,
+            lkey: 0x100,
+        }],
+        &[],
+    );
+    p.drop_if = Some(Box::new(|pkt, from_a| {
+        !from_a && is_op(pkt, Operation::RdmaReadResponse)
+    }));
     p.run();
-    assert_eq!(statuses(&p.sa), vec![(1, wc_status::WR_FLUSH_ERR), (2, wc_status::REM_ACCESS_ERR)]);
+    assert_eq!(
+        statuses(&p.sa),
+        vec![(1, wc_status::WR_FLUSH_ERR), (2, wc_status::REM_ACCESS_ERR)]
+    );
 }
 
 #[test]
@@ -621,14 +1114,30 @@ fn responder_errors_nak_and_move_to_err() {
     let mut w = signaled(wr_opcode::RDMA_WRITE, 1, 1);
     w.remote_addr = 0x1000_0000;
     w.rkey = 0x999;
-    p.post_send(w, &[Sge { addr: 0x1000_0000, length: 64, lkey: 0x100 }], &[]);
+    p.post_send(
+        w,
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 64,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, wc_status::REM_ACCESS_ERR)]);
     assert_eq!(p.b.state(), QpState::Err);
     // A receive WQE whose lkey fails: Remote Operational Error, LOC_PROT_ERR on our side.
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x777));
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, wc_status::REM_OP_ERR)]);
     assert_eq!(p.sb.recv_cq[0].status, wc_status::LOC_PROT_ERR);
@@ -643,7 +1152,15 @@ fn cq_overflow_moves_the_qp_to_err() {
     p.sb.rq.push_back(recv(1, 0x2000_0000, 4096, 0x200));
     p.sb.rq.push_back(recv(2, 0x2000_2000, 4096, 0x200));
     for i in 1..=2 {
-        p.post_send(signaled(wr_opcode::SEND, i, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+        p.post_send(
+            signaled(wr_opcode::SEND, i, 1),
+            &[Sge {
+                addr: 0x1000_0000,
+                length: 10,
+                lkey: 0x100,
+            }],
+            &[],
+        );
     }
     p.run();
     assert_eq!(p.a.state(), QpState::Err);
@@ -657,8 +1174,17 @@ fn err_qp_sends_nothing() {
     p.post_send(w, &[sge], &[]);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     let (b, _) = p.sa.out.pop().unwrap();
-    let info = RxInfo { grh: [0; GRH_LEN], src: GID_A, dst: GID_B };
-    p.b.rx(&mut p.sb, &mut p.scratch, &Packet::parse(&b).unwrap(), &info);
+    let info = RxInfo {
+        grh: [0; GRH_LEN],
+        src: GID_A,
+        dst: GID_B,
+    };
+    p.b.rx(
+        &mut p.sb,
+        &mut p.scratch,
+        &Packet::parse(&b).unwrap(),
+        &info,
+    );
     assert!(p.b.responder_pending());
     p.b.set_state(&mut p.sb, QpState::Err, false);
     assert!(!p.b.responder_pending());
@@ -674,8 +1200,17 @@ fn duplicate_read_is_answered_from_its_record_only() {
     p.post_send(w, &[sge], &[]);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     let (b, _) = p.sa.out.pop().unwrap();
-    let info = RxInfo { grh: [0; GRH_LEN], src: GID_A, dst: GID_B };
-    p.b.rx(&mut p.sb, &mut p.scratch, &Packet::parse(&b).unwrap(), &info);
+    let info = RxInfo {
+        grh: [0; GRH_LEN],
+        src: GID_A,
+        dst: GID_B,
+    };
+    p.b.rx(
+        &mut p.sb,
+        &mut p.scratch,
+        &Packet::parse(&b).unwrap(),
+        &info,
+    );
     p.b.run_responder(&mut p.sb, &mut p.scratch, 100);
     assert_eq!(p.sb.out.len(), 2);
     p.sb.out.clear();
@@ -683,13 +1218,23 @@ fn duplicate_read_is_answered_from_its_record_only() {
     let mut forged = b.clone();
     let reth_at = 12;
     forged[reth_at + 12..reth_at + 16].copy_from_slice(&(1u32 << 30).to_be_bytes());
-    p.b.rx(&mut p.sb, &mut p.scratch, &Packet::parse(&forged).unwrap(), &info);
+    p.b.rx(
+        &mut p.sb,
+        &mut p.scratch,
+        &Packet::parse(&forged).unwrap(),
+        &info,
+    );
     p.b.run_responder(&mut p.sb, &mut p.scratch, 100_000);
     assert_eq!(p.sb.out.len(), 2);
     // Another rkey: not a duplicate of anything recorded.
     p.sb.out.clear();
     forged[reth_at + 8..reth_at + 12].copy_from_slice(&0x777u32.to_be_bytes());
-    p.b.rx(&mut p.sb, &mut p.scratch, &Packet::parse(&forged).unwrap(), &info);
+    p.b.rx(
+        &mut p.sb,
+        &mut p.scratch,
+        &Packet::parse(&forged).unwrap(),
+        &info,
+    );
     p.b.run_responder(&mut p.sb, &mut p.scratch, 100_000);
     assert!(p.sb.out.is_empty());
     assert_eq!(p.sb.stat(Stat::DuplicateNoResource), 1);
@@ -698,8 +1243,17 @@ fn duplicate_read_is_answered_from_its_record_only() {
 /// One random RC operation of the property test, with what it must leave behind.
 #[derive(Clone, Debug)]
 enum Want {
-    Bytes { side_b: bool, key: u32, at: u64, src_b: bool, src: Vec<Sge> },
-    Faa { local: u64, add: u64 },
+    Bytes {
+        side_b: bool,
+        key: u32,
+        at: u64,
+        src_b: bool,
+        src: Vec<Sge>,
+    },
+    Faa {
+        local: u64,
+        add: u64,
+    },
 }
 
 fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<(), TestCaseError> {
@@ -710,18 +1264,34 @@ fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<
     let mut adds = 0u64;
     for (i, &(op, len, fence)) in ops.iter().enumerate() {
         let i = i as u64;
-        let src = Sge { addr: 0x1000_0000 + i * 8, length: len, lkey: 0x100 };
+        let src = Sge {
+            addr: 0x1000_0000 + i * 8,
+            length: len,
+            lkey: 0x100,
+        };
         let mut w = match op {
             0 => {
                 p.sb.rq.push_back(recv(i, 0x2000_0000 + roff, len, 0x200));
-                wants.push(Want::Bytes { side_b: true, key: 0x200, at: 0x2000_0000 + roff, src_b: false, src: vec![src] });
+                wants.push(Want::Bytes {
+                    side_b: true,
+                    key: 0x200,
+                    at: 0x2000_0000 + roff,
+                    src_b: false,
+                    src: vec![src],
+                });
                 signaled(wr_opcode::SEND_WITH_IMM, i, 1)
             }
             1 => {
                 let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
                 w.remote_addr = 0x1020_0000 + roff;
                 w.rkey = 0x100;
-                wants.push(Want::Bytes { side_b: true, key: 0x100, at: w.remote_addr, src_b: false, src: vec![src] });
+                wants.push(Want::Bytes {
+                    side_b: true,
+                    key: 0x100,
+                    at: w.remote_addr,
+                    src_b: false,
+                    src: vec![src],
+                });
                 w
             }
             2 => {
@@ -734,11 +1304,22 @@ fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<
                     key: 0x200,
                     at: local,
                     src_b: true,
-                    src: vec![Sge { addr: w.remote_addr, length: len, lkey: 0x100 }],
+                    src: vec![Sge {
+                        addr: w.remote_addr,
+                        length: len,
+                        lkey: 0x100,
+                    }],
                 });
                 p.post_send(
-                    SendWqe { send_flags: w.send_flags | if fence { send_flags::FENCE } else { 0 }, ..w },
-                    &[Sge { addr: local, length: len, lkey: 0x200 }],
+                    SendWqe {
+                        send_flags: w.send_flags | if fence { send_flags::FENCE } else { 0 },
+                        ..w
+                    },
+                    &[Sge {
+                        addr: local,
+                        length: len,
+                        lkey: 0x200,
+                    }],
                     &[],
                 );
                 roff += u64::from(len) + 64;
@@ -751,8 +1332,19 @@ fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<
                 w.compare_add = 1 << (i % 40);
                 adds = adds.wrapping_add(w.compare_add);
                 let local = 0x203f_0000 + i * 8;
-                wants.push(Want::Faa { local, add: w.compare_add });
-                p.post_send(w, &[Sge { addr: local, length: 8, lkey: 0x200 }], &[]);
+                wants.push(Want::Faa {
+                    local,
+                    add: w.compare_add,
+                });
+                p.post_send(
+                    w,
+                    &[Sge {
+                        addr: local,
+                        length: 8,
+                        lkey: 0x200,
+                    }],
+                    &[],
+                );
                 continue;
             }
         };
@@ -765,16 +1357,30 @@ fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<
     p.run();
     prop_assert_eq!(p.sa.send_cq.len(), ops.len(), "every WR completes once");
     for (k, c) in p.sa.send_cq.iter().enumerate() {
-        prop_assert_eq!((c.wr_id, c.status), (k as u64, 0), "in SQ order, successfully");
+        prop_assert_eq!(
+            (c.wr_id, c.status),
+            (k as u64, 0),
+            "in SQ order, successfully"
+        );
     }
     let sends = ops.iter().filter(|o| o.0 == 0).count();
     prop_assert_eq!(p.sb.recv_cq.len(), sends, "every SEND delivered once");
     let final_v = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x103f_fff8, 8).try_into().unwrap());
-    prop_assert_eq!(final_v, base.wrapping_add(adds), "atomics applied exactly once");
+    prop_assert_eq!(
+        final_v,
+        base.wrapping_add(adds),
+        "atomics applied exactly once"
+    );
     let mut olds = Vec::new();
     for w in wants {
         match w {
-            Want::Bytes { side_b, key, at, src_b, src } => {
+            Want::Bytes {
+                side_b,
+                key,
+                at,
+                src_b,
+                src,
+            } => {
                 let from = if src_b { &p.sb } else { &p.sa };
                 let mut exp = Vec::new();
                 for s in &src {
@@ -800,12 +1406,32 @@ fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<
 
 fn faults_named(i: usize) -> Faults {
     match i {
-        0 => Faults { loss: 1, ..Faults::default() },
-        1 => Faults { loss: 10, ..Faults::default() },
-        2 => Faults { reorder: 20, ..Faults::default() },
-        3 => Faults { dup: 5, ..Faults::default() },
-        4 => Faults { corrupt: 2, ..Faults::default() },
-        _ => Faults { loss: 5, dup: 5, reorder: 10, corrupt: 1 },
+        0 => Faults {
+            loss: 1,
+            ..Faults::default()
+        },
+        1 => Faults {
+            loss: 10,
+            ..Faults::default()
+        },
+        2 => Faults {
+            reorder: 20,
+            ..Faults::default()
+        },
+        3 => Faults {
+            dup: 5,
+            ..Faults::default()
+        },
+        4 => Faults {
+            corrupt: 2,
+            ..Faults::default()
+        },
+        _ => Faults {
+            loss: 5,
+            dup: 5,
+            reorder: 10,
+            corrupt: 1,
+        },
     }
 }
 
@@ -826,20 +1452,33 @@ proptest! {
 #[test]
 fn long_lossy_runs_with_fixed_seeds() {
     for seed in 1..=6u64 {
-        let ops: Vec<(u8, u32, bool)> =
-            (0..40u64).map(|i| (((i * 7 + seed) % 4) as u8, ((i * 2654435761 + seed * 97) % 40_000) as u32, i % 9 == 0)).collect();
+        let ops: Vec<(u8, u32, bool)> = (0..40u64)
+            .map(|i| {
+                (
+                    ((i * 7 + seed) % 4) as u8,
+                    ((i * 2654435761 + seed * 97) % 40_000) as u32,
+                    i % 9 == 0,
+                )
+            })
+            .collect();
         lossy_run(seed, faults_named(seed as usize % 6), &ops, 1024).unwrap();
     }
 }
-
-
 
 #[test]
 fn broken_receive_ring_ends_in_err_without_spinning() {
     // Issue 9: a ring that answers Bad for ever must not keep flush() looping.
     let mut p = Pair::new(QpType::Rc, 1024);
     p.sb.rq_broken = true;
-    p.post_send(signaled(wr_opcode::SEND, 1, 1), &[Sge { addr: 0x1000_0000, length: 10, lkey: 0x100 }], &[]);
+    p.post_send(
+        signaled(wr_opcode::SEND, 1, 1),
+        &[Sge {
+            addr: 0x1000_0000,
+            length: 10,
+            lkey: 0x100,
+        }],
+        &[],
+    );
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, wc_status::REM_OP_ERR)]);
     assert_eq!(p.b.state(), QpState::Err);
@@ -860,7 +1499,15 @@ fn outage_shorter_than_the_retries_recovers() {
             let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
             w.remote_addr = 0x1020_0000 + i * 0x1_0000;
             w.rkey = 0x100;
-            p.post_send(w, &[Sge { addr: 0x1000_0000, length: 0x1_0000, lkey: 0x100 }], &[]);
+            p.post_send(
+                w,
+                &[Sge {
+                    addr: 0x1000_0000,
+                    length: 0x1_0000,
+                    lkey: 0x100,
+                }],
+                &[],
+            );
         }
         let carried = std::rc::Rc::new(std::cell::Cell::new(0u32));
         let c2 = carried.clone();
@@ -870,7 +1517,11 @@ fn outage_shorter_than_the_retries_recovers() {
         }));
         p.run();
         assert_eq!(p.sa.send_cq.len(), 8, "mtu {mtu}: {:?}", statuses(&p.sa));
-        assert!(p.sa.send_cq.iter().all(|c| c.status == 0), "mtu {mtu}: {:?}", statuses(&p.sa));
+        assert!(
+            p.sa.send_cq.iter().all(|c| c.status == 0),
+            "mtu {mtu}: {:?}",
+            statuses(&p.sa)
+        );
         assert!(p.timeouts >= 1);
     }
 }

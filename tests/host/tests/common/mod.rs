@@ -46,16 +46,33 @@ pub struct Side {
 
 impl Side {
     pub fn mr(&mut self, key: u32, addr: u64, len: usize, access: u32) {
-        let bytes = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(key as u8)).collect();
-        self.mrs.push(Mr { key, addr, access, bytes });
+        let bytes = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(key as u8))
+            .collect();
+        self.mrs.push(Mr {
+            key,
+            addr,
+            access,
+            bytes,
+        });
     }
 
     pub fn stat(&self, s: Stat) -> u64 {
         self.stats.get(s.index()).copied().unwrap_or(0)
     }
 
-    pub fn find(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(&mut Mr, usize), MemError> {
-        let m = self.mrs.iter_mut().find(|m| m.key == key).ok_or(MemError::BadKey)?;
+    pub fn find(
+        &mut self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        acc: Access,
+    ) -> Result<(&mut Mr, usize), MemError> {
+        let m = self
+            .mrs
+            .iter_mut()
+            .find(|m| m.key == key)
+            .ok_or(MemError::BadKey)?;
         let need = match acc {
             Access::LocalRead => 0,
             Access::LocalWrite => access::LOCAL_WRITE,
@@ -81,7 +98,13 @@ impl Env for Side {
         }
         self.find(key, addr, len, acc).map(|_| ())
     }
-    fn mem_read(&mut self, key: u32, addr: u64, out: &mut [u8], acc: Access) -> Result<(), MemError> {
+    fn mem_read(
+        &mut self,
+        key: u32,
+        addr: u64,
+        out: &mut [u8],
+        acc: Access,
+    ) -> Result<(), MemError> {
         let (m, off) = self.find(key, addr, out.len() as u64, acc)?;
         out.copy_from_slice(&m.bytes[off..off + out.len()]);
         Ok(())
@@ -203,21 +226,32 @@ pub struct Pair {
 }
 
 pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
-    let (local, remote) = if qpn == 17 { (GID_A, GID_B) } else { (GID_B, GID_A) };
+    let (local, remote) = if qpn == 17 {
+        (GID_A, GID_B)
+    } else {
+        (GID_B, GID_A)
+    };
     Config {
         qp_type: t,
         qpn,
         dest_qpn: dest,
         mtu,
         qkey: 0x1111,
-        access: access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+        access: access::LOCAL_WRITE
+            | access::REMOTE_WRITE
+            | access::REMOTE_READ
+            | access::REMOTE_ATOMIC,
         max_rd_atomic: 4,
         max_dest_rd_atomic: 4,
         min_rnr_timer: 1,
         rnr_retry: 7,
         timeout: 14,
         retry_cnt: 7,
-        peer: if t == QpType::Ud { None } else { Some(PeerAddr { local, remote }) },
+        peer: if t == QpType::Ud {
+            None
+        } else {
+            Some(PeerAddr { local, remote })
+        },
         sq_sig_all: false,
         max_send_sge: 8,
         max_inline: 256,
@@ -227,8 +261,14 @@ pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
 }
 
 pub fn engine(c: Config) -> Eng {
-    Eng::new(c, vec![0; SLOTS * SLOT_SIZE], vec![SqEntry::default(); SLOTS], vec![Resource::default(); 16], SLOT_SIZE)
-        .unwrap()
+    Eng::new(
+        c,
+        vec![0; SLOTS * SLOT_SIZE],
+        vec![SqEntry::default(); SLOTS],
+        vec![Resource::default(); 16],
+        SLOT_SIZE,
+    )
+    .unwrap()
 }
 
 impl Pair {
@@ -259,7 +299,15 @@ impl Pair {
             for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
                 e.set_state(s, st, false);
             }
-            s.mr(0x100, 0x1000_0000, 4 << 20, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC);
+            s.mr(
+                0x100,
+                0x1000_0000,
+                4 << 20,
+                access::LOCAL_WRITE
+                    | access::REMOTE_WRITE
+                    | access::REMOTE_READ
+                    | access::REMOTE_ATOMIC,
+            );
             s.mr(0x200, 0x2000_0000, 4 << 20, access::LOCAL_WRITE);
         }
         p
@@ -289,9 +337,21 @@ impl Pair {
 
     pub fn deliver(&mut self, bytes: &[u8], from_a: bool) {
         let pkt = Packet::parse(bytes).expect("engine emits valid packets");
-        let (src, dst) = if from_a { (GID_A, GID_B) } else { (GID_B, GID_A) };
-        let info = RxInfo { grh: [0x47; GRH_LEN], src, dst };
-        let (eng, side) = if from_a { (&mut self.b, &mut self.sb) } else { (&mut self.a, &mut self.sa) };
+        let (src, dst) = if from_a {
+            (GID_A, GID_B)
+        } else {
+            (GID_B, GID_A)
+        };
+        let info = RxInfo {
+            grh: [0x47; GRH_LEN],
+            src,
+            dst,
+        };
+        let (eng, side) = if from_a {
+            (&mut self.b, &mut self.sb)
+        } else {
+            (&mut self.a, &mut self.sa)
+        };
         eng.rx(side, &mut self.scratch, &pkt, &info);
         eng.run_responder(side, &mut self.scratch, READ_BURST);
         eng.flush_ack(side, &mut self.scratch);
@@ -335,7 +395,11 @@ impl Pair {
             moved |= self.a.run_responder(&mut self.sa, &mut self.scratch, 16) > 0;
             moved |= self.b.run_responder(&mut self.sb, &mut self.scratch, 16) > 0;
             for from_a in [true, false] {
-                let pkts: Vec<_> = if from_a { self.sa.out.drain(..).collect() } else { self.sb.out.drain(..).collect() };
+                let pkts: Vec<_> = if from_a {
+                    self.sa.out.drain(..).collect()
+                } else {
+                    self.sb.out.drain(..).collect()
+                };
                 for (bytes, _dest) in pkts {
                     moved = true;
                     self.carry(bytes, from_a);
@@ -391,8 +455,16 @@ pub fn unsafe_free_bytes(w: &SendWqe) -> Vec<u8> {
 }
 
 pub fn recv(wr_id: u64, addr: u64, len: u32, key: u32) -> RecvWr {
-    let mut r = RecvWr { wr_id, num_sge: 1, ..RecvWr::default() };
-    r.sges[0] = Sge { addr, length: len, lkey: key };
+    let mut r = RecvWr {
+        wr_id,
+        num_sge: 1,
+        ..RecvWr::default()
+    };
+    r.sges[0] = Sge {
+        addr,
+        length: len,
+        lkey: key,
+    };
     r
 }
 
@@ -403,9 +475,14 @@ pub fn bytes(s: &Side, key: u32, addr: u64, len: usize) -> Vec<u8> {
 }
 
 pub fn signaled(op: u32, wr_id: u64, num_sge: u32) -> SendWqe {
-    SendWqe { wr_id, opcode: op, send_flags: send_flags::SIGNALED, num_sge, ..SendWqe::default() }
+    SendWqe {
+        wr_id,
+        opcode: op,
+        send_flags: send_flags::SIGNALED,
+        num_sge,
+        ..SendWqe::default()
+    }
 }
-
 
 pub fn is_op(p: &Packet<'_>, op: Operation) -> bool {
     p.info().op == op
@@ -419,5 +496,12 @@ pub fn read_wr(wr_id: u64, remote: u64, local: u64, len: u32) -> (SendWqe, Sge) 
     let mut r = signaled(wr_opcode::RDMA_READ, wr_id, 1);
     r.remote_addr = remote;
     r.rkey = 0x100;
-    (r, Sge { addr: local, length: len, lkey: 0x200 })
+    (
+        r,
+        Sge {
+            addr: local,
+            length: len,
+            lkey: 0x200,
+        },
+    )
 }
