@@ -48,9 +48,11 @@ fi
 if ! rustup toolchain list | grep -q "^${RUST_TOOLCHAIN}-"; then
   rustup toolchain install --profile minimal "$RUST_TOOLCHAIN"
 fi
-if ! rustup component list --toolchain "$RUST_TOOLCHAIN" --installed 2>/dev/null | grep -q '^rust-src'; then
-  rustup component add --toolchain "$RUST_TOOLCHAIN" rust-src
-fi
+for c in rust-src rustfmt; do
+  if ! rustup component list --toolchain "$RUST_TOOLCHAIN" --installed 2>/dev/null | grep -q "^$c"; then
+    rustup component add --toolchain "$RUST_TOOLCHAIN" "$c"
+  fi
+done
 
 if ! bindgen --version 2>/dev/null | grep -q " ${BINDGEN_VERSION}\$"; then
   cargo "+${RUST_TOOLCHAIN}" install --locked bindgen-cli --version "$BINDGEN_VERSION"
