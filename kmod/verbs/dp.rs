@@ -784,7 +784,9 @@ impl QpInner {
     /// `provider/src/ring/mod.rs`: BUSY is set only for passes that end in clear-BUSY, full
     /// fence, re-check of the producer. Passes repeat while the QP has work it can do now, with
     /// `cond_resched()` in between; a pending fatal signal, a broken ring or a congested wire
-    /// ends the doorbell (the continuation timer resumes what is left).
+    /// ends the doorbell (the continuation timer resumes what is left). Those three clear BUSY
+    /// without the re-check: the continuation pulls the ring itself (a broken ring is never
+    /// read again), and a provider that sees BUSY clear rings again.
     pub(crate) fn doorbell(&self) -> Result {
         let Some((ring, _, _)) = &self.sq else { return Err(EINVAL) };
         for _ in 0..MAX_PASSES {
