@@ -41,7 +41,8 @@ impl kernel::Module for Selftest {
         for cur in QpState::ALL {
             for next in QpState::ALL {
                 for t in QpType::ALL {
-                    let (req, opt) = transition_masks(cur, next, t).unwrap_or((AttrMask::EMPTY, AttrMask::EMPTY));
+                    let (req, opt) = transition_masks(cur, next, t)
+                        .unwrap_or((AttrMask::EMPTY, AttrMask::EMPTY));
                     let state = AttrMask::STATE.bits();
                     let base = [req.bits() | state, req.bits() | opt.bits() | state];
                     let mut masks = KVec::with_capacity(64, GFP_KERNEL)?;
@@ -56,18 +57,30 @@ impl kernel::Module for Selftest {
                     }
                     for &m in masks.iter() {
                         checked += 1;
-                        let ours = logic::qp_state::modify_is_ok(cur, next, t, AttrMask::from_bits(m));
+                        let ours =
+                            logic::qp_state::modify_is_ok(cur, next, t, AttrMask::from_bits(m));
                         if ours != core_says(cur, next, t, m) {
                             mismatches += 1;
                             if mismatches <= 10 {
-                                pr_err!("mismatch: cur={:?} next={:?} type={:?} mask={:#x} rrxe={}\n", cur, next, t, m, ours);
+                                pr_err!(
+                                    "mismatch: cur={:?} next={:?} type={:?} mask={:#x} rrxe={}\n",
+                                    cur,
+                                    next,
+                                    t,
+                                    m,
+                                    ours
+                                );
                             }
                         }
                     }
                 }
             }
         }
-        pr_info!("ib_modify_qp_is_ok cross-check: {} cases, {} mismatches\n", checked, mismatches);
+        pr_info!(
+            "ib_modify_qp_is_ok cross-check: {} cases, {} mismatches\n",
+            checked,
+            mismatches
+        );
         if mismatches != 0 {
             return Err(EINVAL);
         }

@@ -13,9 +13,11 @@
 
 use super::bindings as b;
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
-use super::objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef};
-use crate::logic::{qp_attr::ModifyRequest, stats};
+use super::objects::{
+    AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
+};
 use super::udata::Udata;
+use crate::logic::{qp_attr::ModifyRequest, stats};
 use core::{
     mem::{size_of, MaybeUninit},
     ptr::{self, addr_of_mut},
@@ -95,11 +97,17 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     /// `dealloc_pd`: runs before the data is dropped.
     fn dealloc_pd(dev: &Device<Self>, pd: &Self::Pd);
     /// `create_cq`: returns the data and the number of CQEs granted.
-    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>, cq: CqRef) -> Result<(Self::Cq, u32)>;
+    fn create_cq(
+        dev: &Device<Self>,
+        init: &CqInit,
+        udata: Option<&Udata>,
+        cq: CqRef,
+    ) -> Result<(Self::Cq, u32)>;
     /// `destroy_cq`: runs before the data is dropped.
     fn destroy_cq(dev: &Device<Self>, cq: &Self::Cq);
     /// `resize_cq`: returns the number of CQEs granted.
-    fn resize_cq(dev: &Device<Self>, cq: &Self::Cq, cqe: u32, udata: Option<&Udata>) -> Result<u32>;
+    fn resize_cq(dev: &Device<Self>, cq: &Self::Cq, cqe: u32, udata: Option<&Udata>)
+        -> Result<u32>;
     /// `create_qp`: may lower `init.cap` to what is granted; returns the data and the QPN.
     fn create_qp(
         dev: &Device<Self>,
@@ -122,20 +130,40 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn destroy_qp(dev: &Device<Self>, qp: &Self::Qp);
     /// `reg_user_mr`. Publishing the MR (making it reachable by key) must be its last fallible
     /// step: once it returns `Ok`, nothing fails any more.
-    fn reg_user_mr(dev: &Device<Self>, pd: &Self::Pd, args: &MrArgs, udata: Option<&Udata>)
-        -> Result<(Self::Mr, MrKeys)>;
+    fn reg_user_mr(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        args: &MrArgs,
+        udata: Option<&Udata>,
+    ) -> Result<(Self::Mr, MrKeys)>;
     /// `dereg_mr`: runs before the data is dropped.
     fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr);
     /// `create_ah` (user and kernel callers).
-    fn create_ah(dev: &Device<Self>, pd: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah>;
+    fn create_ah(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        av: &AddressVector,
+        udata: Option<&Udata>,
+    ) -> Result<Self::Ah>;
     /// `destroy_ah`: runs before the data is dropped. It must not sleep unless `sleepable`
     /// (`RDMA_DESTROY_AH_SLEEPABLE`; kernel callers may destroy AHs in atomic context).
     fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah, sleepable: bool);
     /// `create_srq`: may lower `attr` to what is granted.
-    fn create_srq(dev: &Device<Self>, pd: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, srq: SrqRef)
-        -> Result<Self::Srq>;
+    fn create_srq(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        attr: &mut SrqAttr,
+        udata: Option<&Udata>,
+        srq: SrqRef,
+    ) -> Result<Self::Srq>;
     /// `modify_srq` with the `IB_SRQ_*` mask.
-    fn modify_srq(dev: &Device<Self>, srq: &Self::Srq, attr: &SrqAttr, mask: u32, udata: Option<&Udata>) -> Result;
+    fn modify_srq(
+        dev: &Device<Self>,
+        srq: &Self::Srq,
+        attr: &SrqAttr,
+        mask: u32,
+        udata: Option<&Udata>,
+    ) -> Result;
     /// `query_srq`.
     fn query_srq(dev: &Device<Self>, srq: &Self::Srq) -> Result<SrqAttr>;
     /// `destroy_srq`: runs before the data is dropped.
@@ -160,7 +188,6 @@ pub(crate) struct Device<T: IbDriver> {
     registry: Arc<Registry<T>>,
     data: T::Data,
 }
-
 
 // SAFETY: ib_core calls into a device from any thread; the Rust fields are `Send + Sync`.
 unsafe impl<T: IbDriver> Send for Device<T> {}
@@ -235,7 +262,9 @@ impl<T: IbDriver> Device<T> {
     ) -> Result {
         // Refuse a netdev that any driver already uses (the same UDP port cannot serve two).
         // SAFETY: `netdev` is alive; a returned device carries a reference we drop at once.
-        let other = unsafe { b::ib_device_get_by_netdev(netdev.as_raw(), b::rdma_driver_id_RDMA_DRIVER_UNKNOWN) };
+        let other = unsafe {
+            b::ib_device_get_by_netdev(netdev.as_raw(), b::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+        };
         if !other.is_null() {
             // SAFETY: `other` was returned with a reference held for us.
             unsafe { b::ib_device_put(other) };
@@ -344,7 +373,8 @@ impl<T: IbDriver> Device<T> {
     ) -> i32 {
         from_result(|| {
             // SAFETY: ib_core passes a live device, a writable attr and an optional udata.
-            let (dev, attr, udata) = unsafe { (Self::from_raw(ibdev), &mut *attr, Udata::from_raw(udata)) };
+            let (dev, attr, udata) =
+                unsafe { (Self::from_raw(ibdev), &mut *attr, Udata::from_raw(udata)) };
             T::query_device(dev, attr, udata.as_ref())?;
             Ok(0)
         })
@@ -353,7 +383,11 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core with a live device and a writable attr.
-    unsafe extern "C" fn query_port_callback(ibdev: *mut b::ib_device, port: u32, attr: *mut b::ib_port_attr) -> i32 {
+    unsafe extern "C" fn query_port_callback(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        attr: *mut b::ib_port_attr,
+    ) -> i32 {
         from_result(|| {
             // SAFETY: as documented above.
             let (dev, attr) = unsafe { (Self::from_raw(ibdev), &mut *attr) };
@@ -382,14 +416,22 @@ impl<T: IbDriver> Device<T> {
         })
     }
 
-    extern "C" fn get_link_layer_callback(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
+    extern "C" fn get_link_layer_callback(
+        _ibdev: *mut b::ib_device,
+        _port: u32,
+    ) -> b::rdma_link_layer {
         b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
     }
 
     /// # Safety
     ///
     /// Called by ib_core with a live device and a writable `pkey`.
-    unsafe extern "C" fn query_pkey_callback(ibdev: *mut b::ib_device, port: u32, index: u16, pkey: *mut u16) -> i32 {
+    unsafe extern "C" fn query_pkey_callback(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> i32 {
         from_result(|| {
             // SAFETY: as documented above.
             let dev = unsafe { Self::from_raw(ibdev) };
@@ -404,7 +446,10 @@ impl<T: IbDriver> Device<T> {
     ///
     /// Called by uverbs with a zeroed `Ucontext<T>` block (`size_ib_ucontext`) whose `device`
     /// is set, and the command's udata.
-    unsafe extern "C" fn alloc_ucontext_callback(uctx: *mut b::ib_ucontext, udata: *mut b::ib_udata) -> i32 {
+    unsafe extern "C" fn alloc_ucontext_callback(
+        uctx: *mut b::ib_ucontext,
+        udata: *mut b::ib_udata,
+    ) -> i32 {
         from_result(|| {
             // SAFETY: as documented above.
             let dev = unsafe { Self::from_raw((*uctx).device) };
@@ -434,7 +479,10 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by uverbs with a live context and the caller's new VMA.
-    unsafe extern "C" fn mmap_callback(uctx: *mut b::ib_ucontext, vma: *mut b::vm_area_struct) -> i32 {
+    unsafe extern "C" fn mmap_callback(
+        uctx: *mut b::ib_ucontext,
+        vma: *mut b::vm_area_struct,
+    ) -> i32 {
         // Only rings published with `SharedRing` can be mapped; any other offset is refused.
         // SAFETY: per the contract above.
         from_result(|| unsafe { super::ring::mmap(uctx, vma) }.map(|()| 0))
@@ -448,7 +496,11 @@ struct StatDescs([b::rdma_stat_desc; stats::COUNT]);
 unsafe impl Sync for StatDescs {}
 
 static STAT_DESCS: StatDescs = StatDescs({
-    let mut d = [b::rdma_stat_desc { name: ptr::null(), flags: 0, priv_: ptr::null() }; stats::COUNT];
+    let mut d = [b::rdma_stat_desc {
+        name: ptr::null(),
+        flags: 0,
+        priv_: ptr::null(),
+    }; stats::COUNT];
     let mut i = 0;
     while i < stats::COUNT {
         // Each name carries its NUL (checked by the host tests of `logic::stats`).
@@ -462,7 +514,10 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core for a live device, once per port, in process context.
-    unsafe extern "C" fn alloc_hw_port_stats_callback(_ibdev: *mut b::ib_device, _port: u32) -> *mut b::rdma_hw_stats {
+    unsafe extern "C" fn alloc_hw_port_stats_callback(
+        _ibdev: *mut b::ib_device,
+        _port: u32,
+    ) -> *mut b::rdma_hw_stats {
         // SAFETY: the descriptors are static and immutable, as ib_core requires (it keeps the
         // pointer in the returned struct, which it frees itself).
         unsafe {
@@ -493,7 +548,9 @@ impl<T: IbDriver> Device<T> {
         // SAFETY: `hw` is a live struct with `num_counters` values after it; we write at most
         // that many.
         unsafe {
-            let n = usize::try_from((*hw).num_counters).unwrap_or(0).min(stats::COUNT);
+            let n = usize::try_from((*hw).num_counters)
+                .unwrap_or(0)
+                .min(stats::COUNT);
             let out = (*hw).value.as_mut_slice(n);
             out.copy_from_slice(&values[..n]);
             n as i32
@@ -547,7 +604,14 @@ impl<T: IbDriver> Registry<T> {
         if devices.values().any(|e| e.netdev == netdev) {
             return Err(EEXIST);
         }
-        devices.try_create_and_insert(dev, Entry { netdev, registered: false }, GFP_KERNEL)?;
+        devices.try_create_and_insert(
+            dev,
+            Entry {
+                netdev,
+                registered: false,
+            },
+            GFP_KERNEL,
+        )?;
         Ok(())
     }
 

@@ -44,7 +44,12 @@ impl<L: LinkDriver> LinkRegistration<L> {
         let ops = KBox::pin(Opaque::<b::rdma_link_ops>::uninit(), GFP_KERNEL)?;
         let p = &*handler as *const L as *mut c_void;
         HANDLER
-            .compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                core::ptr::null_mut(),
+                p,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .map_err(|_| EBUSY)?;
         // SAFETY: `ops` is pinned heap memory valid for writes; the zeroed `list` is set up by
         // `rdma_link_register`, which keeps the pointer until `rdma_link_unregister` in drop.
@@ -71,7 +76,8 @@ impl<L: LinkDriver> LinkRegistration<L> {
             // SAFETY: `HANDLER` points at the `L` kept alive by the registration (invariant).
             let handler = unsafe { &*p.cast::<L>() };
             // SAFETY: as documented above.
-            let (name, netdev) = unsafe { (CStr::from_char_ptr(ibdev_name), NetDev::from_raw(ndev)) };
+            let (name, netdev) =
+                unsafe { (CStr::from_char_ptr(ibdev_name), NetDev::from_raw(ndev)) };
             handler.newlink(name, netdev)?;
             Ok(0)
         })

@@ -237,7 +237,8 @@ impl<H: NetdevHandler> NetdevNotifier<H> {
         };
         // SAFETY: `nb` is the `nb` field of a live `Self` (it is only registered from there),
         // so `container_of` yields a valid `Self`.
-        let this = unsafe { &*kernel::container_of!(nb.cast::<Opaque<b::notifier_block>>(), Self, nb) };
+        let this =
+            unsafe { &*kernel::container_of!(nb.cast::<Opaque<b::notifier_block>>(), Self, nb) };
         // SAFETY: every netdev notifier event passes a `netdev_notifier_info`.
         let raw = unsafe { b::rrxe_netdev_notifier_info_to_dev(ptr.cast()) };
         if raw.is_null() {

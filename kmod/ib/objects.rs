@@ -146,7 +146,11 @@ impl AddressVector {
         out.port_num = self.port_num;
         out.sl = self.sl;
         out.static_rate = self.static_rate;
-        out.ah_flags = if self.has_grh { b::ib_ah_flags_IB_AH_GRH as u8 } else { 0 };
+        out.ah_flags = if self.has_grh {
+            b::ib_ah_flags_IB_AH_GRH as u8
+        } else {
+            0
+        };
         out.grh.sgid_attr = ptr::null();
         // SAFETY: writing the raw-bytes member of `union ib_gid`.
         unsafe { *out.grh.dgid.raw.as_mut() = self.dgid };
@@ -427,10 +431,18 @@ unsafe extern "C" fn create_cq<T: IbDriver>(
     from_result(|| {
         // SAFETY: per the contract above; a user CQ's bundle carries the driver udata.
         let (d, a, udata) = unsafe {
-            let udata = if attrs.is_null() { None } else { Udata::from_raw(&mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata) };
+            let udata = if attrs.is_null() {
+                None
+            } else {
+                Udata::from_raw(&mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata)
+            };
             (dev::<T>((*cq).device), &*attr, udata)
         };
-        let init = CqInit { cqe: a.cqe, comp_vector: a.comp_vector, flags: a.flags };
+        let init = CqInit {
+            cqe: a.cqe,
+            comp_vector: a.comp_vector,
+            flags: a.flags,
+        };
         let (data, cqe) = T::create_cq(d, &init, udata.as_ref(), CqRef(cq))?;
         // SAFETY: the data of a fresh CQ block is uninitialised; `cqe` is ours to report.
         unsafe {
@@ -456,11 +468,21 @@ unsafe extern "C" fn destroy_cq<T: IbDriver>(cq: *mut b::ib_cq, _udata: *mut b::
 /// # Safety
 ///
 /// ib_core passes a live CQ of ours.
-unsafe extern "C" fn resize_cq<T: IbDriver>(cq: *mut b::ib_cq, cqe: i32, udata: *mut b::ib_udata) -> i32 {
+unsafe extern "C" fn resize_cq<T: IbDriver>(
+    cq: *mut b::ib_cq,
+    cqe: i32,
+    udata: *mut b::ib_udata,
+) -> i32 {
     from_result(|| {
         let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
         // SAFETY: per the contract above.
-        let (d, data, udata) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq), Udata::from_raw(udata)) };
+        let (d, data, udata) = unsafe {
+            (
+                dev::<T>((*cq).device),
+                CqObj::<T>::data(cq),
+                Udata::from_raw(udata),
+            )
+        };
         let new = T::resize_cq(d, data, cqe, udata.as_ref())?;
         // SAFETY: the CQ is live; ib_core reads `cqe` back for the response.
         unsafe { (*cq).cqe = new as i32 };
@@ -479,7 +501,8 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
-        let (d, ia, udata) = unsafe { (dev::<T>((*qp).device), &mut *init, Udata::from_raw(udata)) };
+        let (d, ia, udata) =
+            unsafe { (dev::<T>((*qp).device), &mut *init, Udata::from_raw(udata)) };
         let mut qi = QpInit {
             qp_type: ia.qp_type,
             cap: cap_from_raw(&ia.cap),
@@ -495,9 +518,21 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
         // keeps referenced (usecnt) for the QP's lifetime.
         let (pd, links) = unsafe {
             let links = QpLinks::<T> {
-                send_cq: if ia.send_cq.is_null() { None } else { Some(CqObj::<T>::data(ia.send_cq)) },
-                recv_cq: if ia.recv_cq.is_null() { None } else { Some(CqObj::<T>::data(ia.recv_cq)) },
-                srq: if ia.srq.is_null() { None } else { Some(SrqObj::<T>::data(ia.srq)) },
+                send_cq: if ia.send_cq.is_null() {
+                    None
+                } else {
+                    Some(CqObj::<T>::data(ia.send_cq))
+                },
+                recv_cq: if ia.recv_cq.is_null() {
+                    None
+                } else {
+                    Some(CqObj::<T>::data(ia.recv_cq))
+                },
+                srq: if ia.srq.is_null() {
+                    None
+                } else {
+                    Some(SrqObj::<T>::data(ia.srq))
+                },
                 this: QpRef(qp),
             };
             (PdObj::<T>::data((*qp).pd), links)
@@ -524,8 +559,14 @@ unsafe extern "C" fn modify_qp<T: IbDriver>(
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
-        let (d, data, a, udata) =
-            unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), &*attr, Udata::from_raw(udata)) };
+        let (d, data, a, udata) = unsafe {
+            (
+                dev::<T>((*qp).device),
+                QpObj::<T>::data(qp),
+                &*attr,
+                Udata::from_raw(udata),
+            )
+        };
         let mask = AttrMask::from_bits(mask as u32);
         let req = ModifyRequest {
             mask,
@@ -611,7 +652,11 @@ unsafe extern "C" fn query_qp<T: IbDriver>(
         a.rnr_retry = s.rnr_retry;
         cap_to_raw(&s.cap, &mut ia.cap);
         ia.qp_type = s.qp_type;
-        ia.sq_sig_type = if s.sq_sig_all { b::ib_sig_type_IB_SIGNAL_ALL_WR } else { b::ib_sig_type_IB_SIGNAL_REQ_WR };
+        ia.sq_sig_type = if s.sq_sig_all {
+            b::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            b::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
         Ok(0)
     })
 }
@@ -641,11 +686,28 @@ unsafe extern "C" fn reg_user_mr<T: IbDriver>(
 ) -> *mut b::ib_mr {
     let r = (|| -> Result<*mut b::ib_mr> {
         // SAFETY: per the contract above.
-        let (d, pdd, udata) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd), Udata::from_raw(udata)) };
-        let args = MrArgs { start, length, iova: virt_addr, access: access as u32 };
+        let (d, pdd, udata) = unsafe {
+            (
+                dev::<T>((*pd).device),
+                PdObj::<T>::data(pd),
+                Udata::from_raw(udata),
+            )
+        };
+        let args = MrArgs {
+            start,
+            length,
+            iova: virt_addr,
+            access: access as u32,
+        };
         // Allocated before the driver registers the MR, which makes it reachable by key: nothing
         // may fail after that (a failure would leave a pinned, reachable MR behind).
-        let obj = KBox::new(MrObj::<T> { ib: Opaque::uninit(), data: MaybeUninit::uninit() }, GFP_KERNEL_ACCOUNT)?;
+        let obj = KBox::new(
+            MrObj::<T> {
+                ib: Opaque::uninit(),
+                data: MaybeUninit::uninit(),
+            },
+            GFP_KERNEL_ACCOUNT,
+        )?;
         let (data, keys) = T::reg_user_mr(d, pdd, &args, udata.as_ref())?;
         let raw = KBox::into_raw(obj);
         // SAFETY: `raw` is a fresh allocation whose data is uninitialised (written once here); a
@@ -696,7 +758,12 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
         // SAFETY: per the contract above.
         let (d, pd, av, udata) = unsafe {
             let d = dev::<T>((*ah).device);
-            (d, PdObj::<T>::data((*ah).pd), AddressVector::from_raw(d, (*init).ah_attr), Udata::from_raw(udata))
+            (
+                d,
+                PdObj::<T>::data((*ah).pd),
+                AddressVector::from_raw(d, (*init).ah_attr),
+                Udata::from_raw(udata),
+            )
         };
         let data = T::create_ah(d, pd, &av, udata.as_ref())?;
         // SAFETY: the data of a fresh AH block is uninitialised.
@@ -728,12 +795,22 @@ unsafe extern "C" fn create_srq<T: IbDriver>(
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
-        let (d, pd, ia, udata) =
-            unsafe { (dev::<T>((*srq).device), PdObj::<T>::data((*srq).pd), &mut *init, Udata::from_raw(udata)) };
+        let (d, pd, ia, udata) = unsafe {
+            (
+                dev::<T>((*srq).device),
+                PdObj::<T>::data((*srq).pd),
+                &mut *init,
+                Udata::from_raw(udata),
+            )
+        };
         if ia.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
             return Err(crate::ib::eopnotsupp());
         }
-        let mut attr = SrqAttr { max_wr: ia.attr.max_wr, max_sge: ia.attr.max_sge, srq_limit: ia.attr.srq_limit };
+        let mut attr = SrqAttr {
+            max_wr: ia.attr.max_wr,
+            max_sge: ia.attr.max_sge,
+            srq_limit: ia.attr.srq_limit,
+        };
         let data = T::create_srq(d, pd, &mut attr, udata.as_ref(), SrqRef(srq))?;
         ia.attr.max_wr = attr.max_wr;
         ia.attr.max_sge = attr.max_sge;
@@ -754,9 +831,19 @@ unsafe extern "C" fn modify_srq<T: IbDriver>(
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
-        let (d, data, a, udata) =
-            unsafe { (dev::<T>((*srq).device), SrqObj::<T>::data(srq), &*attr, Udata::from_raw(udata)) };
-        let sa = SrqAttr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit };
+        let (d, data, a, udata) = unsafe {
+            (
+                dev::<T>((*srq).device),
+                SrqObj::<T>::data(srq),
+                &*attr,
+                Udata::from_raw(udata),
+            )
+        };
+        let sa = SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
         T::modify_srq(d, data, &sa, mask, udata.as_ref())?;
         Ok(0)
     })
@@ -783,7 +870,10 @@ unsafe extern "C" fn query_srq<T: IbDriver>(srq: *mut b::ib_srq, attr: *mut b::i
 /// # Safety
 ///
 /// ib_core passes an SRQ that `create_srq` created and nothing uses any more.
-unsafe extern "C" fn destroy_srq<T: IbDriver>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> i32 {
+unsafe extern "C" fn destroy_srq<T: IbDriver>(
+    srq: *mut b::ib_srq,
+    _udata: *mut b::ib_udata,
+) -> i32 {
     // SAFETY: per the contract above.
     unsafe {
         T::destroy_srq(dev::<T>((*srq).device), SrqObj::<T>::data(srq));
@@ -821,11 +911,15 @@ unsafe extern "C" fn post_send<T: IbDriver>(
 /// # Safety
 ///
 /// ib_core passes a live CQ of ours.
-unsafe extern "C" fn req_notify_cq<T: IbDriver>(cq: *mut b::ib_cq, flags: b::ib_cq_notify_flags) -> i32 {
+unsafe extern "C" fn req_notify_cq<T: IbDriver>(
+    cq: *mut b::ib_cq,
+    flags: b::ib_cq_notify_flags,
+) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above.
         let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
-        let solicited = flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK == b::ib_cq_notify_flags_IB_CQ_SOLICITED;
+        let solicited = flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK
+            == b::ib_cq_notify_flags_IB_CQ_SOLICITED;
         let missed = T::req_notify_cq(d, data, solicited)?;
         let report = flags & b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0;
         Ok(if report && missed { 1 } else { 0 })
@@ -842,7 +936,11 @@ impl<T: IbDriver> Device<T> {
     /// Looks up the route from `src` to `dst` through this device's netdev, in the netdev's
     /// network namespace. `ENETUNREACH`/`EHOSTUNREACH` (or what the stack says) when there is
     /// none.
-    pub(crate) fn route(&self, src: crate::logic::roce::GidAddr, dst: crate::logic::roce::GidAddr) -> Result<Route> {
+    pub(crate) fn route(
+        &self,
+        src: crate::logic::roce::GidAddr,
+        dst: crate::logic::roce::GidAddr,
+    ) -> Result<Route> {
         use crate::logic::roce::GidAddr;
         let nd = self.netdev().as_raw();
         // SAFETY: the netdev is held by the device; `dev_net` reads its namespace pointer.

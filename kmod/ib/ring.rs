@@ -95,7 +95,14 @@ impl SharedRing {
             return Err(EINVAL);
         }
         let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
-        let boxed = match KBox::new(Mapping { entry: Opaque::uninit(), mem, bytes }, GFP_KERNEL_ACCOUNT) {
+        let boxed = match KBox::new(
+            Mapping {
+                entry: Opaque::uninit(),
+                mem,
+                bytes,
+            },
+            GFP_KERNEL_ACCOUNT,
+        ) {
             Ok(m) => m,
             Err(e) => {
                 // SAFETY: `mem` came from `alloc_user_mappable` and is not shared yet.
@@ -118,7 +125,10 @@ impl SharedRing {
         // SAFETY: inserted entries have `start_pgoff` set; the key is that page offset in bytes.
         let key = unsafe { ((*(*map).entry.get()).start_pgoff as u64) << kernel::page::PAGE_SHIFT };
         // INVARIANT: inserted above, removed in `drop`.
-        Ok(SharedRing { map: NonNull::new(map).ok_or(EINVAL)?, key })
+        Ok(SharedRing {
+            map: NonNull::new(map).ok_or(EINVAL)?,
+            key,
+        })
     }
 
     /// # Safety

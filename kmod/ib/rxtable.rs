@@ -36,11 +36,17 @@ unsafe impl Sync for RxTable {}
 impl RxTable {
     /// Allocates and publishes the table (module init; one instance at a time).
     pub(crate) fn new() -> Result<Self> {
-        let b = KBox::pin_init(try_pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }? Error), GFP_KERNEL)?;
+        let b = KBox::pin_init(
+            try_pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }? Error),
+            GFP_KERNEL,
+        )?;
         // SAFETY: the contents are never moved: `drop` turns the pointer back into a `KBox` and
         // frees it in place.
         let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(b) });
-        if TABLE.compare_exchange(ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if TABLE
+            .compare_exchange(ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             // SAFETY: not published, so still exclusively ours.
             drop(unsafe { KBox::from_raw(raw) });
             return Err(EBUSY);
@@ -48,7 +54,6 @@ impl RxTable {
         // INVARIANT: published above.
         Ok(RxTable(raw))
     }
-
 }
 
 /// Runs `f` on the published table, if any. Bottom halves are disabled around it.
@@ -72,7 +77,8 @@ pub(crate) fn add(key: usize, fabric: Arc<Fabric>) -> Result {
             *slot = Some((key, fabric));
             return Ok(());
         }
-        list.push(Some((key, fabric)), GFP_ATOMIC).map_err(Error::from)
+        list.push(Some((key, fabric)), GFP_ATOMIC)
+            .map_err(Error::from)
     })
     .unwrap_or(Err(ENODEV))
 }
@@ -81,7 +87,9 @@ pub(crate) fn add(key: usize, fabric: Arc<Fabric>) -> Result {
 pub(crate) fn remove(key: usize) {
     let removed = with_table(|t| {
         let mut list = t.list.lock();
-        list.iter_mut().find(|e| matches!(e, Some((k, _)) if *k == key)).and_then(Option::take)
+        list.iter_mut()
+            .find(|e| matches!(e, Some((k, _)) if *k == key))
+            .and_then(Option::take)
     });
     super::bh::synchronize_rcu();
     // The table's reference, dropped in process context once no callback can use it.
@@ -92,7 +100,15 @@ pub(crate) fn remove(key: usize) {
 /// before bottom halves are enabled again (the receive path does), so that [`remove`] can wait
 /// for it.
 pub(crate) fn lookup(key: usize) -> Option<Arc<Fabric>> {
-    with_table(|t| t.list.lock().iter().flatten().find(|(k, _)| *k == key).map(|(_, f)| f.clone())).flatten()
+    with_table(|t| {
+        t.list
+            .lock()
+            .iter()
+            .flatten()
+            .find(|(k, _)| *k == key)
+            .map(|(_, f)| f.clone())
+    })
+    .flatten()
 }
 
 impl Drop for RxTable {

@@ -28,10 +28,12 @@ const fn uabi_attr() -> b::device_attribute {
 
 static UABI_ATTR: CStatic<b::device_attribute> = CStatic(UnsafeCell::new(uabi_attr()));
 
-// SAFETY: `UABI_ATTR` is a static, so a pointer to its `attr` field is valid forever; the
-// projection does not read the value.
-static ATTRS: CStatic<[*mut b::attribute; 2]> =
-    CStatic(UnsafeCell::new([unsafe { ptr::addr_of_mut!((*UABI_ATTR.0.get()).attr) }, ptr::null_mut()]));
+static ATTRS: CStatic<[*mut b::attribute; 2]> = CStatic(UnsafeCell::new([
+    // SAFETY: `UABI_ATTR` is a static, so a pointer to its `attr` field is valid forever; the
+    // projection does not read the value.
+    unsafe { ptr::addr_of_mut!((*UABI_ATTR.0.get()).attr) },
+    ptr::null_mut(),
+]));
 
 const fn group() -> b::attribute_group {
     // SAFETY: an all-zero `attribute_group` is valid (no name, no callbacks, no attributes).
@@ -50,7 +52,11 @@ pub(crate) fn device_group() -> *const b::attribute_group {
 /// # Safety
 ///
 /// Called by sysfs with `buf` a `PAGE_SIZE` buffer.
-unsafe extern "C" fn show_uabi(_dev: *mut b::device, _attr: *mut b::device_attribute, buf: *mut u8) -> isize {
+unsafe extern "C" fn show_uabi(
+    _dev: *mut b::device,
+    _attr: *mut b::device_attribute,
+    buf: *mut u8,
+) -> isize {
     // SAFETY: `buf` is the sysfs page buffer (the helper's format prints one `unsigned int`).
     unsafe { b::rrxe_sysfs_emit_uint(buf.cast(), uapi::UABI_VERSION) as isize }
 }

@@ -105,7 +105,8 @@ impl Timer {
     /// armed from there and shut down before the `Timer` is freed).
     unsafe extern "C" fn expired(t: *mut b::timer_list) {
         // SAFETY: per the contract above, `t` is the `timer` field of a live `Timer`.
-        let this = unsafe { &*kernel::container_of!(t.cast::<Opaque<b::timer_list>>(), Self, timer) };
+        let this =
+            unsafe { &*kernel::container_of!(t.cast::<Opaque<b::timer_list>>(), Self, timer) };
         (this.func)(this.ctx.load(core::sync::atomic::Ordering::Acquire));
     }
 }

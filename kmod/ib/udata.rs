@@ -64,7 +64,9 @@ impl Udata {
         let mut reader = UserSlice::new(self.inbuf, self.inlen).reader();
         // SAFETY: `T: FromBytes + AsBytes` means any byte pattern is a valid `T` and `T` has no
         // padding, so viewing it as bytes and overwriting a prefix is sound.
-        let bytes = unsafe { core::slice::from_raw_parts_mut((&mut cmd as *mut T).cast::<u8>(), size_of::<T>()) };
+        let bytes = unsafe {
+            core::slice::from_raw_parts_mut((&mut cmd as *mut T).cast::<u8>(), size_of::<T>())
+        };
         reader.read_slice(&mut bytes[..known])?;
         let mut rest = self.inlen - known;
         let mut chunk = [0u8; 32];
@@ -90,8 +92,11 @@ impl Udata {
         let n = size_of::<T>().min(self.outlen);
         // SAFETY: `T: AsBytes` has no padding or interior mutability, so its bytes are
         // initialised and may be read as a slice.
-        let bytes = unsafe { core::slice::from_raw_parts((resp as *const T).cast::<u8>(), size_of::<T>()) };
-        UserSlice::new(self.outbuf, self.outlen).writer().write_slice(&bytes[..n])
+        let bytes =
+            unsafe { core::slice::from_raw_parts((resp as *const T).cast::<u8>(), size_of::<T>()) };
+        UserSlice::new(self.outbuf, self.outlen)
+            .writer()
+            .write_slice(&bytes[..n])
     }
 }
 
@@ -122,4 +127,9 @@ macro_rules! plain_abi {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_abi!(uapi::CreateCqResp, uapi::CreateQpResp, uapi::CreateSrqResp, uapi::CreateAhResp);
+plain_abi!(
+    uapi::CreateCqResp,
+    uapi::CreateQpResp,
+    uapi::CreateSrqResp,
+    uapi::CreateAhResp
+);

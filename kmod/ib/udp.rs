@@ -390,7 +390,10 @@ impl UdpSock {
         let sock6 = match open_socket(net, true) {
             Ok(s) => s,
             Err(e) => {
-                if ![b::EAFNOSUPPORT, b::EPFNOSUPPORT].iter().any(|&n| e.to_errno() == -(n as i32)) {
+                if ![b::EAFNOSUPPORT, b::EPFNOSUPPORT]
+                    .iter()
+                    .any(|&n| e.to_errno() == -(n as i32))
+                {
                     pr_warn!("rrxe: no IPv6 RoCEv2 socket in this namespace ({:?})\n", e);
                 }
                 ptr::null_mut()
@@ -497,7 +500,11 @@ impl UdpHandle {
         let net = unsafe { b::rrxe_dev_net(netdev.as_raw()) };
         if net != e.net || pkt.len() > 0xffff - UDP_HLEN - IPV6_HLEN {
             inc(&COUNTERS.tx_err_other);
-            let err = if net != e.net { EINVAL } else { errno(b::EMSGSIZE) };
+            let err = if net != e.net {
+                EINVAL
+            } else {
+                errno(b::EMSGSIZE)
+            };
             return Err(err.into());
         }
         // SAFETY: `s` is a non-null socket of the entry read with bottom halves disabled, so it
@@ -531,9 +538,17 @@ impl UdpHandle {
     }
 
     /// IPv4: `net` and `sk` are the live namespace and socket (see `xmit_inner`).
-    fn xmit4(net: *mut b::net, sk: *mut b::sock, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
-        let saddr = u32::from_ne_bytes([path.sgid[12], path.sgid[13], path.sgid[14], path.sgid[15]]);
-        let daddr = u32::from_ne_bytes([path.dgid[12], path.dgid[13], path.dgid[14], path.dgid[15]]);
+    fn xmit4(
+        net: *mut b::net,
+        sk: *mut b::sock,
+        netdev: &NetDev,
+        path: &TxPath,
+        pkt: &[u8],
+    ) -> Result<(), XmitError> {
+        let saddr =
+            u32::from_ne_bytes([path.sgid[12], path.sgid[13], path.sgid[14], path.sgid[15]]);
+        let daddr =
+            u32::from_ne_bytes([path.dgid[12], path.dgid[13], path.dgid[14], path.dgid[15]]);
         let mut fl = b::flowi4::default();
         fl.__fl_common.flowic_oif = netdev.ifindex();
         fl.__fl_common.flowic_proto = b::IPPROTO_UDP as u8;
@@ -559,7 +574,10 @@ impl UdpHandle {
                 0 => b::rrxe_ip4_dst_hoplimit(dst) as u8,
                 h => h,
             };
-            (b::rrxe_ll_reserved_space(dev) as usize + IPV4_HLEN + UDP_HLEN, ttl)
+            (
+                b::rrxe_ll_reserved_space(dev) as usize + IPV4_HLEN + UDP_HLEN,
+                ttl,
+            )
         };
         let skb = match Self::build_skb(headroom, pkt) {
             Ok(skb) => skb,
@@ -615,7 +633,13 @@ impl UdpHandle {
     /// rather than through `udp_tunnel6_xmit_skb`: in 6.12 that returns `void` and, with no
     /// tunnel netdev to count on, drops `ip6_local_out`'s result, which is the only signal of a
     /// drop or of back-pressure.
-    fn xmit6(net: *mut b::net, sk: *mut b::sock, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
+    fn xmit6(
+        net: *mut b::net,
+        sk: *mut b::sock,
+        netdev: &NetDev,
+        path: &TxPath,
+        pkt: &[u8],
+    ) -> Result<(), XmitError> {
         let label = path.flow_label & 0xf_ffff;
         let mut fl = b::flowi6::default();
         fl.__fl_common.flowic_oif = netdev.ifindex();
@@ -661,7 +685,11 @@ impl UdpHandle {
             // SAFETY: we own the reference.
             unsafe { b::dst_release(dst) };
             inc(&COUNTERS.tx_err_route);
-            let e = if error < 0 { Error::from_errno(error.into()) } else { errno(b::EHOSTUNREACH) };
+            let e = if error < 0 {
+                Error::from_errno(error.into())
+            } else {
+                errno(b::EHOSTUNREACH)
+            };
             return Err(e.into());
         }
         let skb = match Self::build_skb(headroom, pkt) {
@@ -698,8 +726,16 @@ impl UdpHandle {
             let v = c.finish();
             crate::logic::icrc::write_icrc(data, v);
         }
-        let saddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.sgid } };
-        let daddr = b::in6_addr { in6_u: b::in6_addr__bindgen_ty_1 { u6_addr8: path.dgid } };
+        let saddr = b::in6_addr {
+            in6_u: b::in6_addr__bindgen_ty_1 {
+                u6_addr8: path.sgid,
+            },
+        };
+        let daddr = b::in6_addr {
+            in6_u: b::in6_addr__bindgen_ty_1 {
+                u6_addr8: path.dgid,
+            },
+        };
         // SAFETY: the skb has headroom for the UDP and IPv6 headers (reserved above) and
         // `skb_push` returns the start of the bytes it adds; the transport header is set before
         // `udp6_set_csum` reads it. The control block is cleared for the IPv6 layer (as
@@ -714,7 +750,11 @@ impl UdpHandle {
             let h = b::skb_push(skb, IPV6_HLEN as u32).cast::<u8>();
             ptr::copy_nonoverlapping(ip.as_ptr(), h, IPV6_HLEN);
             b::rrxe_skb_reset_network_header(skb);
-            ptr::write_bytes(ptr::addr_of_mut!((*skb).cb).cast::<u8>(), 0, core::mem::size_of_val(&(*skb).cb));
+            ptr::write_bytes(
+                ptr::addr_of_mut!((*skb).cb).cast::<u8>(),
+                0,
+                core::mem::size_of_val(&(*skb).cb),
+            );
             b::ip6_local_out(net, sk, skb)
         };
         xmit_result(r)
@@ -844,7 +884,9 @@ unsafe fn parse_headers(nh: *const u8, uh: *const u8) -> Option<RxMeta> {
             }
             6 => {
                 m.tclass = (byte(0) << 4) | (byte(1) >> 4);
-                m.flow_label = (u32::from(byte(1) & 0xf) << 16) | (u32::from(byte(2)) << 8) | u32::from(byte(3));
+                m.flow_label = (u32::from(byte(1) & 0xf) << 16)
+                    | (u32::from(byte(2)) << 8)
+                    | u32::from(byte(3));
                 m.hop_limit = byte(7);
                 ptr::copy_nonoverlapping(nh.add(8), m.sgid.as_mut_ptr(), 16);
                 ptr::copy_nonoverlapping(nh.add(24), m.dgid.as_mut_ptr(), 16);
@@ -879,8 +921,24 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     let drop_counted = |c: &AtomicU64| {
         // SAFETY: `skb` is live and ours; `dev` is its ingress device; the entry is alive (see
         // above) and immutable apart from its atomic refcount.
-        let (dev, rx) = unsafe { ((*skb).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev, (*entry).rx) };
-        rx(&RxMeta { netdev: dev as usize, bad_header: true, ..RxMeta::default() }, &[]);
+        let (dev, rx) = unsafe {
+            (
+                (*skb)
+                    .__bindgen_anon_1
+                    .__bindgen_anon_1
+                    .__bindgen_anon_1
+                    .dev,
+                (*entry).rx,
+            )
+        };
+        rx(
+            &RxMeta {
+                netdev: dev as usize,
+                bad_header: true,
+                ..RxMeta::default()
+            },
+            &[],
+        );
         drop_with(c)
     };
     // Length first: a datagram of the wrong size is dropped without linearising (copying) it.
@@ -903,7 +961,11 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         (
             (*skb).data.cast_const(),
             b::rrxe_skb_network_header(skb).cast_const(),
-            (*skb).__bindgen_anon_1.__bindgen_anon_1.__bindgen_anon_1.dev,
+            (*skb)
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .dev,
         )
     };
     // SAFETY: `nh` points to the IPv4/IPv6 header the IP layer validated, `data` to the UDP
@@ -923,7 +985,8 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         } else {
             crate::logic::icrc::icrc_v6(&*nh.cast::<[u8; IPV6_HLEN]>(), udp)
         };
-        c.ok().is_some_and(|c| Some(c) == crate::logic::icrc::stored_icrc(udp))
+        c.ok()
+            .is_some_and(|c| Some(c) == crate::logic::icrc::stored_icrc(udp))
     };
     if !icrc_ok {
         // Dropped here; the device still learns of it (its `rx_icrc_errors` counter).

@@ -41,7 +41,12 @@ unsafe impl Sync for Umem {}
 impl Umem {
     /// Pins `len` bytes at user address `addr` for `access` (`IB_ACCESS_*`) and builds the page
     /// array. Process context only (it sleeps).
-    pub(crate) fn get<T: IbDriver>(dev: &Device<T>, addr: u64, len: u64, access: i32) -> Result<Self> {
+    pub(crate) fn get<T: IbDriver>(
+        dev: &Device<T>,
+        addr: u64,
+        len: u64,
+        access: i32,
+    ) -> Result<Self> {
         let len = usize::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: the device is alive; `ib_umem_get` validates the user range itself.
         let raw = unsafe { b::rrxe_ib_umem_get(dev.as_raw(), addr as _, len as _, access) };
@@ -68,13 +73,20 @@ impl Umem {
         let mut pages = KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
         // SAFETY: `raw` is a valid umem; `sgt_append.sgt` is its CPU scatter table with
         // `orig_nents` entries chained through `sg_next`.
-        let (mut sg, nents) = unsafe { ((*raw).sgt_append.sgt.sgl, (*raw).sgt_append.sgt.orig_nents) };
+        let (mut sg, nents) =
+            unsafe { ((*raw).sgt_append.sgt.sgl, (*raw).sgt_append.sgt.orig_nents) };
         for _ in 0..nents {
             if sg.is_null() || pages.len() >= npages {
                 break;
             }
             // SAFETY: `sg` is a live entry of the umem's table (non-null, within `orig_nents`).
-            let (offset, bytes, first) = unsafe { ((*sg).offset as usize, (*sg).length as usize, b::rrxe_sg_page(sg)) };
+            let (offset, bytes, first) = unsafe {
+                (
+                    (*sg).offset as usize,
+                    (*sg).length as usize,
+                    b::rrxe_sg_page(sg),
+                )
+            };
             // ib_umem_get builds whole-page entries; anything else cannot be mapped to the flat
             // page array below.
             if offset != 0 || bytes % PAGE_SIZE != 0 || first.is_null() {
@@ -194,8 +206,10 @@ impl Umem {
     /// equals `compare`. Returns the original value. Errors as for [`Umem::atomic_fadd`].
     /// Any context.
     pub(crate) fn atomic_cas(&self, off: u64, compare: u64, swap: u64) -> Result<u64> {
-        self.with_u64(off, |w| match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
+        self.with_u64(off, |w| {
+            match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
         })
     }
 

@@ -16,7 +16,11 @@ pub struct IdAlloc {
 impl IdAlloc {
     /// An allocator whose ids start at `first` (ids below it are reserved).
     pub const fn new(first: u32) -> Self {
-        IdAlloc { first, cursor: 0, in_use: 0 }
+        IdAlloc {
+            first,
+            cursor: 0,
+            in_use: 0,
+        }
     }
 
     /// Ids currently allocated.

@@ -23,20 +23,30 @@ pub const MR_ACCEPTED: u32 = access::LOCAL_WRITE
 /// write is invalid (IBTA o10-23), on-demand paging, memory windows and RDMA FLUSH are not
 /// supported, unknown bits are invalid.
 pub const fn check_mr_access(flags: u32) -> Result<(), i32> {
-    if flags & (access::ON_DEMAND | access::MW_BIND | access::FLUSH_GLOBAL | access::FLUSH_PERSISTENT) != 0 {
+    if flags
+        & (access::ON_DEMAND | access::MW_BIND | access::FLUSH_GLOBAL | access::FLUSH_PERSISTENT)
+        != 0
+    {
         return Err(EOPNOTSUPP);
     }
     if flags & !MR_ACCEPTED != 0 {
         return Err(EINVAL);
     }
-    if flags & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0 && flags & access::LOCAL_WRITE == 0 {
+    if flags & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+        && flags & access::LOCAL_WRITE == 0
+    {
         return Err(EINVAL);
     }
     Ok(())
 }
 
 /// Checks an MR's address range: non-empty, no wrap-around, within `max_mr_size`.
-pub const fn check_mr_range(start: u64, length: u64, iova: u64, max_mr_size: u64) -> Result<(), i32> {
+pub const fn check_mr_range(
+    start: u64,
+    length: u64,
+    iova: u64,
+    max_mr_size: u64,
+) -> Result<(), i32> {
     if length == 0 || length > max_mr_size {
         return Err(EINVAL);
     }

@@ -8,7 +8,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Stat {
-    /// Packets handed to the wire or to local delivery.
+    /// Packets handed to the wire or to local delivery (device-wide: counted by the shell where
+    /// they leave; per QP: counted by the engine, refused ones included).
     SentPkts,
     /// Payload-carrying bytes (BTH .. ICRC) sent.
     SentBytes,

@@ -18,7 +18,12 @@ pub(crate) struct RrxeAh {
     num: u32,
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udata: Option<&Udata>) -> Result<RrxeAh> {
+pub(super) fn create(
+    dev: &Device<Rrxe>,
+    pd: &RrxePd,
+    avec: &AddressVector,
+    udata: Option<&Udata>,
+) -> Result<RrxeAh> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -37,10 +42,22 @@ pub(super) fn create(dev: &Device<Rrxe>, pd: &RrxePd, avec: &AddressVector, udat
     let r = (|| -> Result {
         if let Some(u) = udata {
             if u.outlen() > 0 {
-                u.respond(&uapi::CreateAhResp { ah_num: num, reserved: 0 })?;
+                u.respond(&uapi::CreateAhResp {
+                    ah_num: num,
+                    reserved: 0,
+                })?;
             }
         }
-        data.fabric.ahs.insert(num, Arc::new(AhInner { path, pd: pd as *const RrxePd as usize }, GFP_KERNEL_ACCOUNT)?)
+        data.fabric.ahs.insert(
+            num,
+            Arc::new(
+                AhInner {
+                    path,
+                    pd: pd as *const RrxePd as usize,
+                },
+                GFP_KERNEL_ACCOUNT,
+            )?,
+        )
     })();
     if let Err(e) = r {
         data.free_ah_num(num);

@@ -21,7 +21,11 @@ pub(crate) struct Path {
 /// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a unicast
 /// destination of the same IP family, and a route to it in the netdev's namespace. `qpns` gives
 /// (local, remote) QP numbers for a connected QP's UDP source port.
-pub(crate) fn resolve(dev: &Device<Rrxe>, av: &AddressVector, qpns: Option<(u32, u32)>) -> Result<Path> {
+pub(crate) fn resolve(
+    dev: &Device<Rrxe>,
+    av: &AddressVector,
+    qpns: Option<(u32, u32)>,
+) -> Result<Path> {
     if !av.is_roce || !av.has_grh || av.port_num != 1 {
         return Err(EINVAL);
     }
@@ -34,10 +38,19 @@ pub(crate) fn resolve(dev: &Device<Rrxe>, av: &AddressVector, qpns: Option<(u32,
         return Err(EINVAL);
     }
     let route = dev.route(roce::gid_to_addr(sgid.gid), roce::gid_to_addr(av.dgid))?;
-    let hop_limit = if av.hop_limit == 0 { route.hop_limit } else { av.hop_limit };
+    let hop_limit = if av.hop_limit == 0 {
+        route.hop_limit
+    } else {
+        av.hop_limit
+    };
     let udp_sport = match qpns {
         Some((l, r)) => roce::udp_sport(av.flow_label, l, r),
         None => 0,
     };
-    Ok(Path { av: *av, hop_limit, udp_sport, loopback: av.dgid == sgid.gid })
+    Ok(Path {
+        av: *av,
+        hop_limit,
+        udp_sport,
+        loopback: av.dgid == sgid.gid,
+    })
 }

@@ -37,16 +37,35 @@ fn check_cqe(cqe: u32) -> Result<u32> {
 /// A completion ring for `cqe` entries, announced to the provider through `udata`.
 fn new_ring(udata: &Udata, cqe: u32) -> Result<(SharedRing, u32)> {
     let slots = uapi::cq_ring_slots(cqe);
-    let ring = SharedRing::new(udata, uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE))?;
-    ring.store_release(offset_of!(uapi::RingHeader, log2_slots), slots.trailing_zeros());
-    ring.store_release(offset_of!(uapi::RingHeader, slot_size), uapi::CQE_SIZE as u32);
+    let ring = SharedRing::new(
+        udata,
+        uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE),
+    )?;
+    ring.store_release(
+        offset_of!(uapi::RingHeader, log2_slots),
+        slots.trailing_zeros(),
+    );
+    ring.store_release(
+        offset_of!(uapi::RingHeader, slot_size),
+        uapi::CQE_SIZE as u32,
+    );
     udata.respond(&uapi::CreateCqResp {
-        ring: uapi::RingInfo { mmap_key: ring.key(), bytes: ring.bytes() as u64, slots, slot_size: uapi::CQE_SIZE as u32 },
+        ring: uapi::RingInfo {
+            mmap_key: ring.key(),
+            bytes: ring.bytes() as u64,
+            slots,
+            slot_size: uapi::CQE_SIZE as u32,
+        },
     })?;
     Ok((ring, slots))
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>, ev: CqRef) -> Result<(RrxeCq, u32)> {
+pub(super) fn create(
+    dev: &Device<Rrxe>,
+    init: &CqInit,
+    udata: Option<&Udata>,
+    ev: CqRef,
+) -> Result<(RrxeCq, u32)> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -66,14 +85,25 @@ pub(super) fn create(dev: &Device<Rrxe>, init: &CqInit, udata: Option<&Udata>, e
     };
     let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL_ACCOUNT)?;
     dev.data().quota.cq.take(lim::MAX_CQ)?;
-    Ok((RrxeCq { inner, cqe: AtomicU32::new(cqe) }, cqe))
+    Ok((
+        RrxeCq {
+            inner,
+            cqe: AtomicU32::new(cqe),
+        },
+        cqe,
+    ))
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, _cq: &RrxeCq) {
     RrxeDev::release(&dev.data().quota.cq);
 }
 
-pub(super) fn resize(_dev: &Device<Rrxe>, cq: &RrxeCq, cqe: u32, udata: Option<&Udata>) -> Result<u32> {
+pub(super) fn resize(
+    _dev: &Device<Rrxe>,
+    cq: &RrxeCq,
+    cqe: u32,
+    udata: Option<&Udata>,
+) -> Result<u32> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }

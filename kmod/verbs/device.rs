@@ -6,7 +6,9 @@ use crate::ib::{
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
     netdev::NetDev,
-    objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef},
+    objects::{
+        AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
+    },
     udata::Udata,
 };
 use crate::logic::{
@@ -30,7 +32,13 @@ impl Quota {
     /// Counts one more object, or `ENOMEM` at `max`.
     pub(crate) fn take(&self, max: u32) -> Result {
         self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n < max { Some(n + 1) } else { None })
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                if n < max {
+                    Some(n + 1)
+                } else {
+                    None
+                }
+            })
             .map(|_| ())
             .map_err(|_| ENOMEM)
     }
@@ -57,7 +65,11 @@ struct Ids {
 impl Ids {
     fn new(first: u32, count: u32) -> Result<Self> {
         let words = count.div_ceil(64) as usize;
-        Ok(Ids { alloc: IdAlloc::new(first), bits: KVec::from_elem(0u64, words, GFP_KERNEL)?, last_key: KVec::new() })
+        Ok(Ids {
+            alloc: IdAlloc::new(first),
+            bits: KVec::from_elem(0u64, words, GFP_KERNEL)?,
+            last_key: KVec::new(),
+        })
     }
 
     fn with_keys(first: u32, count: u32) -> Result<Self> {
@@ -132,7 +144,11 @@ impl RrxeDev {
         let fabric = Arc::pin_init(Fabric::new(netdev, stats.clone())?, GFP_KERNEL)?;
         let published = fabric.clone();
         let key = netdev.key();
-        let (ah_ids, qpns, mr_ids) = (Ids::new(1, lim::MAX_AH)?, Ids::new(2, lim::MAX_QP)?, Ids::with_keys(1, lim::MAX_MR)?);
+        let (ah_ids, qpns, mr_ids) = (
+            Ids::new(1, lim::MAX_AH)?,
+            Ids::new(2, lim::MAX_QP)?,
+            Ids::with_keys(1, lim::MAX_MR)?,
+        );
         let dead_ahs = DeadAhs::new()?;
         Ok(try_pin_init!(RrxeDev {
             fabric,
@@ -183,7 +199,11 @@ impl RrxeDev {
     /// An MR index and a fresh, random key byte (never the index's previous one).
     pub(crate) fn alloc_mr_index(&self) -> Result<(u32, u8)> {
         let mut ids = self.mr_ids.lock();
-        let Ids { alloc, bits, last_key } = &mut *ids;
+        let Ids {
+            alloc,
+            bits,
+            last_key,
+        } = &mut *ids;
         let index = alloc.alloc(bits).ok_or(ENOMEM)?;
         let mut key = 0;
         if let Some(last) = last_key.get_mut(index as usize) {
@@ -251,7 +271,12 @@ impl IbDriver for Rrxe {
         pd::dealloc(dev, p)
     }
 
-    fn create_cq(dev: &Device<Self>, init: &CqInit, udata: Option<&Udata>, ev: CqRef) -> Result<(Self::Cq, u32)> {
+    fn create_cq(
+        dev: &Device<Self>,
+        init: &CqInit,
+        udata: Option<&Udata>,
+        ev: CqRef,
+    ) -> Result<(Self::Cq, u32)> {
         cq::create(dev, init, udata, ev)
     }
 
@@ -291,7 +316,12 @@ impl IbDriver for Rrxe {
         qp::destroy(dev, q)
     }
 
-    fn reg_user_mr(dev: &Device<Self>, p: &Self::Pd, args: &MrArgs, udata: Option<&Udata>) -> Result<(Self::Mr, MrKeys)> {
+    fn reg_user_mr(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        args: &MrArgs,
+        udata: Option<&Udata>,
+    ) -> Result<(Self::Mr, MrKeys)> {
         mr::reg_user(dev, p, args, udata)
     }
 
@@ -299,7 +329,12 @@ impl IbDriver for Rrxe {
         mr::dereg(dev, m)
     }
 
-    fn create_ah(dev: &Device<Self>, p: &Self::Pd, av: &AddressVector, udata: Option<&Udata>) -> Result<Self::Ah> {
+    fn create_ah(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        av: &AddressVector,
+        udata: Option<&Udata>,
+    ) -> Result<Self::Ah> {
         ah::create(dev, p, av, udata)
     }
 
@@ -307,12 +342,23 @@ impl IbDriver for Rrxe {
         ah::destroy(dev, a, sleepable)
     }
 
-    fn create_srq(dev: &Device<Self>, p: &Self::Pd, attr: &mut SrqAttr, udata: Option<&Udata>, ev: SrqRef)
-        -> Result<Self::Srq> {
+    fn create_srq(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        attr: &mut SrqAttr,
+        udata: Option<&Udata>,
+        ev: SrqRef,
+    ) -> Result<Self::Srq> {
         srq::create(dev, p, attr, udata, ev)
     }
 
-    fn modify_srq(dev: &Device<Self>, s: &Self::Srq, attr: &SrqAttr, mask: u32, udata: Option<&Udata>) -> Result {
+    fn modify_srq(
+        dev: &Device<Self>,
+        s: &Self::Srq,
+        attr: &SrqAttr,
+        mask: u32,
+        udata: Option<&Udata>,
+    ) -> Result {
         srq::modify(dev, s, attr, mask, udata)
     }
 
@@ -339,7 +385,11 @@ impl IbDriver for Rrxe {
                 return Err(EINVAL);
             }
         }
-        let guid = dev.netdev().mac().map(crate::logic::guid::node_guid_from_mac).unwrap_or_default();
+        let guid = dev
+            .netdev()
+            .mac()
+            .map(crate::logic::guid::node_guid_from_mac)
+            .unwrap_or_default();
         attr.fw_ver = lim::FW_VER;
         attr.sys_image_guid = u64::from_ne_bytes(guid);
         attr.max_mr_size = lim::MAX_MR_SIZE;
@@ -351,7 +401,8 @@ impl IbDriver for Rrxe {
         attr.max_qp_wr = lim::MAX_QP_WR as i32;
         attr.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
             | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
-            | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN) as u64;
+            | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN)
+            as u64;
         // Lets `rdma link delete` unregister the device.
         attr.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
         attr.max_send_sge = lim::MAX_SGE as i32;
@@ -381,7 +432,8 @@ impl IbDriver for Rrxe {
         attr.state = state as u32;
         attr.phys_state = phys as u8;
         attr.max_mtu = port::IbMtu::MAX as u32;
-        attr.active_mtu = port::active_mtu_for_netdev_mtu(link.mtu).unwrap_or(port::IbMtu::Mtu256) as u32;
+        attr.active_mtu =
+            port::active_mtu_for_netdev_mtu(link.mtu).unwrap_or(port::IbMtu::Mtu256) as u32;
         attr.phys_mtu = link.mtu;
         attr.gid_tbl_len = lim::GID_TBL_LEN as i32;
         attr.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
@@ -423,10 +475,10 @@ impl IbDriver for Rrxe {
             // Any process can ask, as often as it likes: rate-limited.
             if crate::ib::printk_ratelimit() {
                 pr_info!(
-                "{}: refusing a context for uABI {} (this module speaks {})\n",
-                dev.name(),
-                cmd.uabi_version,
-                uapi::UABI_VERSION
+                    "{}: refusing a context for uABI {} (this module speaks {})\n",
+                    dev.name(),
+                    cmd.uabi_version,
+                    uapi::UABI_VERSION
                 );
             }
             return Err(crate::ib::eproto());

@@ -33,8 +33,8 @@ use crate::logic::{
     roce,
     stats::Stat,
     transport::{
-        self as tp, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, Event, MemError, RecvTake, RecvWr, Resource,
-        RxInfo, SqEntry,
+        self as tp, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, Event, MemError, RecvTake,
+        RecvWr, Resource, RxInfo, SqEntry,
     },
     wire::Packet,
 };
@@ -172,7 +172,10 @@ impl Fabric {
         for _ in 0..POOL_BUFS {
             bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
         }
-        let bufs = Pool { bufs, free: POOL_BUFS };
+        let bufs = Pool {
+            bufs,
+            free: POOL_BUFS,
+        };
         Ok(try_pin_init!(Fabric {
             qps <- q,
             mrs <- m,
@@ -196,7 +199,9 @@ impl Fabric {
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
     /// refused or dropped it).
     fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> bool {
-        let Some(sgid) = path.av.sgid.map(|s| s.gid) else { return false };
+        let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
+            return false;
+        };
         let tx = TxPath {
             sgid,
             dgid: path.av.dgid,
@@ -254,7 +259,11 @@ pub(crate) struct CqInner {
 }
 
 impl CqInner {
-    pub(crate) fn new(ring: Option<SharedRing>, slots: u32, ev: CqRef) -> impl PinInit<Self, Error> {
+    pub(crate) fn new(
+        ring: Option<SharedRing>,
+        slots: u32,
+        ev: CqRef,
+    ) -> impl PinInit<Self, Error> {
         try_pin_init!(CqInner {
             st <- new_spinlock!(CqRing { ring, slots, prod: 0, armed: 0, overflowed: false }, "rrxe:cq"),
             ev,
@@ -268,7 +277,9 @@ impl CqInner {
         let ok = {
             let mut st = self.st.lock();
             let st = &mut *st;
-            let Some(ring) = st.ring.as_ref() else { return false };
+            let Some(ring) = st.ring.as_ref() else {
+                return false;
+            };
             let cons = ring.load_acquire(CONS);
             if st.prod.wrapping_sub(cons) >= st.slots {
                 if !st.overflowed {
@@ -344,7 +355,8 @@ impl CqInner {
                     let idx = cons.wrapping_add(i);
                     let from = HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE;
                     if old.read(from, &mut buf).is_ok() {
-                        let _ = new.write(HDR + (moved & (slots - 1)) as usize * uapi::CQE_SIZE, &buf);
+                        let _ =
+                            new.write(HDR + (moved & (slots - 1)) as usize * uapi::CQE_SIZE, &buf);
                         moved += 1;
                     }
                 }
@@ -382,8 +394,15 @@ pub(crate) struct SrqInner {
 }
 
 impl SrqInner {
-    pub(crate) fn new(ring: SharedRing, slots: u32, slot_size: usize, max_wr: u32, max_sge: u32, limit: u32, ev: SrqRef)
-        -> impl PinInit<Self, Error> {
+    pub(crate) fn new(
+        ring: SharedRing,
+        slots: u32,
+        slot_size: usize,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        ev: SrqRef,
+    ) -> impl PinInit<Self, Error> {
         try_pin_init!(SrqInner {
             st <- new_spinlock!(SrqRing { ring, slots, slot_size, cons: 0, limit, broken: false }, "rrxe:srq"),
             ev,
@@ -405,7 +424,15 @@ impl SrqInner {
         let r = {
             let mut st = self.st.lock();
             let st = &mut *st;
-            let r = take_from_ring(&st.ring, st.slots, st.slot_size, &mut st.cons, &mut st.broken, self.max_sge, out);
+            let r = take_from_ring(
+                &st.ring,
+                st.slots,
+                st.slot_size,
+                &mut st.cons,
+                &mut st.broken,
+                self.max_sge,
+                out,
+            );
             if r == RecvTake::Taken && st.limit != 0 {
                 let left = st.ring.load_acquire(PROD).wrapping_sub(st.cons);
                 if left < st.limit {
@@ -426,8 +453,15 @@ impl SrqInner {
 /// producer index out of range breaks the ring for good: `broken` latches, this call answers
 /// [`RecvTake::Bad`] (the engine moves the QP to ERR once) and later calls [`RecvTake::Empty`]
 /// without reading the ring again.
-fn take_from_ring(ring: &SharedRing, slots: u32, slot_size: usize, cons: &mut u32, broken: &mut bool, max_sge: u32,
-    out: &mut RecvWr) -> RecvTake {
+fn take_from_ring(
+    ring: &SharedRing,
+    slots: u32,
+    slot_size: usize,
+    cons: &mut u32,
+    broken: &mut bool,
+    max_sge: u32,
+    out: &mut RecvWr,
+) -> RecvTake {
     if *broken {
         return RecvTake::Empty;
     }
@@ -551,7 +585,11 @@ impl QpInner {
             resume: false,
             congested: false,
         };
-        let data = QpData { eng: p.eng, scratch, sh };
+        let data = QpData {
+            eng: p.eng,
+            scratch,
+            sh,
+        };
         Ok(try_pin_init!(QpInner {
             qpn: p.qpn,
             pd: p.pd,
@@ -656,7 +694,10 @@ impl QpInner {
                     self.pull_sq(&mut d.eng, &mut cx);
                     d.eng.flush_if_err(&mut cx);
                     self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
-                    let again = cx.sh.resume && !cx.sh.congested && cx.out.bulk > 0 && round + 1 < RESUME_ROUNDS;
+                    let again = cx.sh.resume
+                        && !cx.sh.congested
+                        && cx.out.bulk > 0
+                        && round + 1 < RESUME_ROUNDS;
                     if again {
                         // The next round decides afresh.
                         cx.sh.resume = false;
@@ -673,8 +714,14 @@ impl QpInner {
     }
 
     /// Applies a committed modify_qp to the engine: configuration, path, PSNs and state.
-    pub(crate) fn apply(&self, cfg: tp::Config, path: Option<Path>, sq_psn: Option<u32>, rq_psn: Option<u32>,
-        state: Option<(QpState, bool)>) {
+    pub(crate) fn apply(
+        &self,
+        cfg: tp::Config,
+        path: Option<Path>,
+        sq_psn: Option<u32>,
+        rq_psn: Option<u32>,
+        state: Option<(QpState, bool)>,
+    ) {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, 0, None);
             {
@@ -702,7 +749,12 @@ impl QpInner {
     pub(crate) fn snapshot(&self) -> (QpState, u32, u32, bool) {
         with_bh_disabled(|| {
             let d = self.st.lock();
-            (d.eng.state(), d.eng.sq_psn(), d.eng.rq_psn(), d.eng.sq_draining())
+            (
+                d.eng.state(),
+                d.eng.sq_psn(),
+                d.eng.rq_psn(),
+                d.eng.sq_draining(),
+            )
         })
     }
 
@@ -710,7 +762,9 @@ impl QpInner {
     /// WQEs the engine had no room for. A producer index out of range breaks the ring for good:
     /// the QP goes to ERR (QP_FATAL on that transition only) and the ring is not read again.
     fn pull_sq(&self, eng: &mut Eng, cx: &mut Ctx<'_, '_>) -> bool {
-        let Some((ring, slots, slot_size)) = &self.sq else { return false };
+        let Some((ring, slots, slot_size)) = &self.sq else {
+            return false;
+        };
         if cx.sh.sq_broken {
             return false;
         }
@@ -775,7 +829,9 @@ impl QpInner {
     }
 
     fn sq_pending(&self) -> bool {
-        let Some((ring, _, _)) = &self.sq else { return false };
+        let Some((ring, _, _)) = &self.sq else {
+            return false;
+        };
         let d = self.st.lock();
         !d.sh.sq_broken && ring.load_acquire(PROD) != d.sh.sq_cons && d.eng.sq_room() > 0
     }
@@ -788,7 +844,9 @@ impl QpInner {
     /// without the re-check: the continuation pulls the ring itself (a broken ring is never
     /// read again), and a provider that sees BUSY clear rings again.
     pub(crate) fn doorbell(&self) -> Result {
-        let Some((ring, _, _)) = &self.sq else { return Err(EINVAL) };
+        let Some((ring, _, _)) = &self.sq else {
+            return Err(EINVAL);
+        };
         for _ in 0..MAX_PASSES {
             ring.store_release(FLAGS, uapi::SQ_FLAG_KERNEL_BUSY);
             let end = with_bh_disabled(|| {
@@ -796,7 +854,11 @@ impl QpInner {
                 let end = self.pass(&mut out);
                 deliver(&self.fabric, &mut out);
                 // An ACK delivered to us opened the window: the next pass sends.
-                if end == PassEnd::Idle && out.driver_go { PassEnd::More } else { end }
+                if end == PassEnd::Idle && out.driver_go {
+                    PassEnd::More
+                } else {
+                    end
+                }
             });
             match end {
                 PassEnd::Broken | PassEnd::Paced => {
@@ -946,7 +1008,11 @@ impl<'f> Outbox<'f> {
 
     /// Bulk packets that may be generated now: none once the queue reached its high mark.
     fn room(&self) -> u32 {
-        if self.len >= OUT_HIGH { 0 } else { self.bulk }
+        if self.len >= OUT_HIGH {
+            0
+        } else {
+            self.bulk
+        }
     }
 
     fn spend(&mut self, n: u32) {
@@ -955,7 +1021,13 @@ impl<'f> Outbox<'f> {
 
     /// Queues a packet. `None`: dropped (queue or pool exhausted); `Some(full)`: queued, and
     /// `full` says the queue reached its high mark.
-    fn push(&mut self, pkt: &[u8], grh: &[u8; tp::GRH_LEN], src: [u8; 16], dst: [u8; 16]) -> Option<bool> {
+    fn push(
+        &mut self,
+        pkt: &[u8],
+        grh: &[u8; tp::GRH_LEN],
+        src: [u8; 16],
+        dst: [u8; 16],
+    ) -> Option<bool> {
         if self.len >= OUT_CAP || pkt.len() > BUF_LEN - META {
             return None;
         }
@@ -1009,7 +1081,12 @@ fn deliver(fabric: &Fabric, out: &mut Outbox<'_>) {
             src.copy_from_slice(&buf[META_SRC..META_DST]);
             let mut dst = [0u8; 16];
             dst.copy_from_slice(&buf[META_DST..META_DST + 16]);
-            rx_packet(fabric, &buf[META..META + len], &RxInfo { grh, src, dst }, out);
+            rx_packet(
+                fabric,
+                &buf[META..META + len],
+                &RxInfo { grh, src, dst },
+                out,
+            );
         }
         out.release(buf);
     }
@@ -1038,7 +1115,14 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
 /// our own GID).
 fn loopback_grh(p: &Path, len: usize) -> [u8; tp::GRH_LEN] {
     let sgid = p.av.sgid.map(|s| s.gid).unwrap_or(p.av.dgid);
-    tp::make_grh(sgid, p.av.dgid, p.av.traffic_class, p.hop_limit, p.av.flow_label, len)
+    tp::make_grh(
+        sgid,
+        p.av.dgid,
+        p.av.traffic_class,
+        p.hop_limit,
+        p.av.flow_label,
+        len,
+    )
 }
 
 /// The engine's environment for one QP, valid while its lock is held.
@@ -1049,8 +1133,19 @@ pub(crate) struct Ctx<'a, 'o> {
 }
 
 impl Ctx<'_, '_> {
-    fn mr(&self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(Arc<MrInner>, u64), MemError> {
-        let m = self.qp.fabric.mrs.get(idalloc::key_index(key)).ok_or(MemError::BadKey)?;
+    fn mr(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        acc: Access,
+    ) -> Result<(Arc<MrInner>, u64), MemError> {
+        let m = self
+            .qp
+            .fabric
+            .mrs
+            .get(idalloc::key_index(key))
+            .ok_or(MemError::BadKey)?;
         if m.key != key {
             return Err(MemError::BadKey);
         }
@@ -1083,7 +1178,13 @@ impl Env for Ctx<'_, '_> {
         self.mr(key, addr, len, acc).map(|_| ())
     }
 
-    fn mem_read(&mut self, key: u32, addr: u64, out: &mut [u8], acc: Access) -> Result<(), MemError> {
+    fn mem_read(
+        &mut self,
+        key: u32,
+        addr: u64,
+        out: &mut [u8],
+        acc: Access,
+    ) -> Result<(), MemError> {
         if out.is_empty() {
             return Ok(());
         }
@@ -1124,7 +1225,10 @@ impl Env for Ctx<'_, '_> {
                 }
             },
             Dest::Ah { ah, qpn } => match fab.ahs.get(ah).filter(|a| a.pd == self.qp.pd) {
-                Some(a) => (a.path, roce::udp_sport(a.path.av.flow_label, self.qp.qpn, qpn)),
+                Some(a) => (
+                    a.path,
+                    roce::udp_sport(a.path.av.flow_label, self.qp.qpn, qpn),
+                ),
                 None => {
                     fab.stats.add(Stat::TxDrops, 1);
                     return Emit::Sent;
@@ -1138,7 +1242,11 @@ impl Env for Ctx<'_, '_> {
                 Some(full) => {
                     fab.stats.add(Stat::SentPkts, 1);
                     fab.stats.add(Stat::SentBytes, pkt.len() as u64);
-                    if full { Emit::Congested } else { Emit::Sent }
+                    if full {
+                        Emit::Congested
+                    } else {
+                        Emit::Sent
+                    }
                 }
                 None => {
                     fab.stats.add(Stat::TxDrops, 1);
@@ -1181,7 +1289,15 @@ impl Env for Ctx<'_, '_> {
             srq.take(out)
         } else if let Some((ring, slots, slot_size)) = &self.qp.rq {
             let sh = &mut *self.sh;
-            take_from_ring(ring, *slots, *slot_size, &mut sh.rq_cons, &mut sh.rq_broken, self.qp.max_recv_sge, out)
+            take_from_ring(
+                ring,
+                *slots,
+                *slot_size,
+                &mut sh.rq_cons,
+                &mut sh.rq_broken,
+                self.qp.max_recv_sge,
+                out,
+            )
         } else {
             RecvTake::Empty
         };
@@ -1212,18 +1328,18 @@ impl Env for Ctx<'_, '_> {
         }
     }
 
-    /// Device-wide totals. Sent packets and bytes are counted by [`Env::emit`] instead, where
-    /// a packet really leaves (the engine counts those the path refused too).
+    /// Device-wide totals (sent packets and bytes are counted by [`Env::emit`], where a packet
+    /// really leaves; the engine keeps those per QP only).
     fn stat(&mut self, s: Stat, n: u64) {
-        if !matches!(s, Stat::SentPkts | Stat::SentBytes) {
-            self.qp.fabric.stats.add(s, n);
-        }
+        self.qp.fabric.stats.add(s, n);
     }
 }
 
 /// Receive entry point for packets from the wire (softirq).
 pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
-    let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else { return };
+    let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else {
+        return;
+    };
     if meta.bad_header {
         fabric.stats.add(Stat::RxBadHeaders, 1);
         return;
@@ -1232,8 +1348,19 @@ pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
         fabric.stats.add(Stat::RxIcrcErrors, 1);
         return;
     }
-    let grh = tp::make_grh(meta.sgid, meta.dgid, meta.tclass, meta.hop_limit, meta.flow_label, pkt.len());
-    let info = RxInfo { grh, src: meta.sgid, dst: meta.dgid };
+    let grh = tp::make_grh(
+        meta.sgid,
+        meta.dgid,
+        meta.tclass,
+        meta.hop_limit,
+        meta.flow_label,
+        pkt.len(),
+    );
+    let info = RxInfo {
+        grh,
+        src: meta.sgid,
+        dst: meta.dgid,
+    };
     let mut out = Outbox::new(&fabric, RX_BULK, None);
     rx_packet(&fabric, pkt, &info, &mut out);
     deliver(&fabric, &mut out);

@@ -23,7 +23,12 @@ impl Links {
 }
 
 fn refuse(name: &CStr, netdev: &NetDev, why: link::LinkError) -> Error {
-    pr_info!("rdma link add {} netdev {}: refused ({:?})\n", name, netdev.name(), why);
+    pr_info!(
+        "rdma link add {} netdev {}: refused ({:?})\n",
+        name,
+        netdev.name(),
+        why
+    );
     Error::from_errno(-why.errno())
 }
 
@@ -33,7 +38,9 @@ impl LinkDriver for Links {
     fn newlink(&self, ibdev_name: &CStr, netdev: &NetDev) -> Result {
         link::check_ibdev_name(ibdev_name.as_bytes()).map_err(|e| refuse(ibdev_name, netdev, e))?;
         link::check_netdev(netdev.kind()).map_err(|e| refuse(ibdev_name, netdev, e))?;
-        let mac = netdev.mac().ok_or_else(|| refuse(ibdev_name, netdev, link::LinkError::NotEthernet))?;
+        let mac = netdev
+            .mac()
+            .ok_or_else(|| refuse(ibdev_name, netdev, link::LinkError::NotEthernet))?;
         let id = DeviceIdentity {
             node_guid_be: guid::node_guid_from_mac(mac),
             node_desc: b"rrxe",
@@ -42,15 +49,33 @@ impl LinkDriver for Links {
             uverbs_abi_ver: uapi::UVERBS_ABI_VERSION,
         };
         let active = port::port_state(netdev.link_facts()).0 == port::PortState::Active;
-        Device::<Rrxe>::register(&self.registry, ibdev_name, netdev, &id, RrxeDev::new(active, netdev)?).map_err(|e| {
+        Device::<Rrxe>::register(
+            &self.registry,
+            ibdev_name,
+            netdev,
+            &id,
+            RrxeDev::new(active, netdev)?,
+        )
+        .map_err(|e| {
             if e == EEXIST {
                 refuse(ibdev_name, netdev, link::LinkError::Exists)
             } else {
-                pr_info!("rdma link add {} netdev {}: error {:?}\n", ibdev_name, netdev.name(), e);
+                pr_info!(
+                    "rdma link add {} netdev {}: error {:?}\n",
+                    ibdev_name,
+                    netdev.name(),
+                    e
+                );
                 e
             }
         })?;
-        pr_info!("{}: bound to {} (ifindex {}, mtu {})\n", ibdev_name, netdev.name(), netdev.ifindex(), netdev.mtu());
+        pr_info!(
+            "{}: bound to {} (ifindex {}, mtu {})\n",
+            ibdev_name,
+            netdev.name(),
+            netdev.ifindex(),
+            netdev.mtu()
+        );
         Ok(())
     }
 }

@@ -16,7 +16,12 @@ pub(crate) struct RrxeMr {
     index: u32,
 }
 
-pub(super) fn reg_user(dev: &Device<Rrxe>, pd: &RrxePd, args: &MrArgs, udata: Option<&Udata>) -> Result<(RrxeMr, MrKeys)> {
+pub(super) fn reg_user(
+    dev: &Device<Rrxe>,
+    pd: &RrxePd,
+    args: &MrArgs,
+    udata: Option<&Udata>,
+) -> Result<(RrxeMr, MrKeys)> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -29,8 +34,17 @@ pub(super) fn reg_user(dev: &Device<Rrxe>, pd: &RrxePd, args: &MrArgs, udata: Op
     let data = dev.data();
     let (index, key_byte) = data.alloc_mr_index()?;
     let lkey = idalloc::make_key(index, key_byte);
-    let inner = MrInner { key: lkey, pd: pd as *const RrxePd as usize, access: args.access, iova: args.iova, length: args.length, umem };
-    let r = Arc::new(inner, GFP_KERNEL_ACCOUNT).map_err(Error::from).and_then(|a| data.fabric.mrs.insert(index, a));
+    let inner = MrInner {
+        key: lkey,
+        pd: pd as *const RrxePd as usize,
+        access: args.access,
+        iova: args.iova,
+        length: args.length,
+        umem,
+    };
+    let r = Arc::new(inner, GFP_KERNEL_ACCOUNT)
+        .map_err(Error::from)
+        .and_then(|a| data.fabric.mrs.insert(index, a));
     if let Err(e) = r {
         data.free_mr_index(index);
         return Err(e);

@@ -16,14 +16,14 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::logic::transport::{self as tp, SqEntry};
-use crate::uapi;
-use core::mem::offset_of;
 use crate::logic::{
     limits as lim,
     port::{self, IbMtu},
     qp_attr::{self, DeviceLimits, MigState, ModifyRequest, PortInfo, QpCap},
     qp_state::{AttrMask, QpCurrent, QpState, QpType},
 };
+use crate::uapi;
+use core::mem::offset_of;
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The modifiable attributes of a QP, guarded by its lock.
@@ -89,9 +89,21 @@ pub(crate) struct RrxeQp {
 }
 
 /// The engine configuration for the committed attributes `a`.
-fn engine_config(qpn: u32, qp_type: QpType, sq_sig_all: bool, cap: &QpCap, has_srq: bool, srq_sge: u32, a: &QpAttrs,
-    port_mtu: IbMtu) -> tp::Config {
-    let mtu = if qp_type == QpType::Ud { port_mtu } else { a.path_mtu };
+fn engine_config(
+    qpn: u32,
+    qp_type: QpType,
+    sq_sig_all: bool,
+    cap: &QpCap,
+    has_srq: bool,
+    srq_sge: u32,
+    a: &QpAttrs,
+    port_mtu: IbMtu,
+) -> tp::Config {
+    let mtu = if qp_type == QpType::Ud {
+        port_mtu
+    } else {
+        a.path_mtu
+    };
     tp::Config {
         qp_type,
         qpn,
@@ -107,9 +119,10 @@ fn engine_config(qpn: u32, qp_type: QpType, sq_sig_all: bool, cap: &QpCap, has_s
         retry_cnt: a.retry_cnt,
         // A connected QP takes packets only from its peer to our address of the path.
         peer: match (qp_type, &a.path) {
-            (QpType::Rc | QpType::Uc, Some(p)) => {
-                p.av.sgid.map(|s| tp::PeerAddr { local: s.gid, remote: p.av.dgid })
-            }
+            (QpType::Rc | QpType::Uc, Some(p)) => p.av.sgid.map(|s| tp::PeerAddr {
+                local: s.gid,
+                remote: p.av.dgid,
+            }),
             _ => None,
         },
         sq_sig_all,
@@ -121,12 +134,27 @@ fn engine_config(qpn: u32, qp_type: QpType, sq_sig_all: bool, cap: &QpCap, has_s
 }
 
 /// A work-queue ring with `wr` slots of `slot_size` bytes.
-pub(super) fn new_wq(udata: &Udata, wr: u32, slot_size: usize) -> Result<(SharedRing, uapi::RingInfo)> {
+pub(super) fn new_wq(
+    udata: &Udata,
+    wr: u32,
+    slot_size: usize,
+) -> Result<(SharedRing, uapi::RingInfo)> {
     let slots = wr.max(1).checked_next_power_of_two().ok_or(EINVAL)?;
-    let ring = SharedRing::new(udata, uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE))?;
-    ring.store_release(offset_of!(uapi::RingHeader, log2_slots), slots.trailing_zeros());
+    let ring = SharedRing::new(
+        udata,
+        uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE),
+    )?;
+    ring.store_release(
+        offset_of!(uapi::RingHeader, log2_slots),
+        slots.trailing_zeros(),
+    );
     ring.store_release(offset_of!(uapi::RingHeader, slot_size), slot_size as u32);
-    let info = uapi::RingInfo { mmap_key: ring.key(), bytes: ring.bytes() as u64, slots, slot_size: slot_size as u32 };
+    let info = uapi::RingInfo {
+        mmap_key: ring.key(),
+        bytes: ring.bytes() as u64,
+        slots,
+        slot_size: slot_size as u32,
+    };
     Ok((ring, info))
 }
 
@@ -178,7 +206,11 @@ pub(super) fn create(
     if let Some(u) = udata {
         let mut resp = uapi::CreateQpResp::default();
         let c = &init.cap;
-        let (ring, info) = new_wq(u, c.max_send_wr, uapi::send_slot_size(c.max_send_sge, c.max_inline_data))?;
+        let (ring, info) = new_wq(
+            u,
+            c.max_send_wr,
+            uapi::send_slot_size(c.max_send_sge, c.max_inline_data),
+        )?;
         sq = Some((ring, info.slots, info.slot_size as usize));
         resp.sq = info;
         if !init.has_srq {
@@ -208,12 +240,25 @@ pub(super) fn create(
         data.free_qpn(qpn);
         RrxeDev::release(&data.quota.qp);
     });
-    let cfg = engine_config(qpn, qp_type, init.sq_sig_all, &init.cap, init.has_srq, srq_sge, &QpAttrs::reset(), port_mtu(dev));
+    let cfg = engine_config(
+        qpn,
+        qp_type,
+        init.sq_sig_all,
+        &init.cap,
+        init.has_srq,
+        srq_sge,
+        &QpAttrs::reset(),
+        port_mtu(dev),
+    );
     let eng = Eng::new(
         cfg,
         KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL_ACCOUNT)?,
         KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL_ACCOUNT)?,
-        KVVec::from_elem(tp::Resource::default(), lim::MAX_QP_RD_ATOM as usize, GFP_KERNEL_ACCOUNT)?,
+        KVVec::from_elem(
+            tp::Resource::default(),
+            lim::MAX_QP_RD_ATOM as usize,
+            GFP_KERNEL_ACCOUNT,
+        )?,
         slot_size,
     )
     .ok_or(EINVAL)?;
@@ -234,7 +279,15 @@ pub(super) fn create(
     inner.bind_timer(&inner)?;
     data.fabric.qps.insert(qpn, inner.clone())?;
     release.dismiss();
-    let qp = RrxeQp { qpn, qp_type, sq_sig_all: init.sq_sig_all, cap: init.cap, has_srq: init.has_srq, attrs, inner };
+    let qp = RrxeQp {
+        qpn,
+        qp_type,
+        sq_sig_all: init.sq_sig_all,
+        cap: init.cap,
+        has_srq: init.has_srq,
+        attrs,
+        inner,
+    };
     Ok((qp, qpn))
 }
 
@@ -248,7 +301,10 @@ pub(super) fn modify(
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
-    let port = PortInfo { pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN), active_mtu: port_mtu(dev) };
+    let port = PortInfo {
+        pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN),
+        active_mtu: port_mtu(dev),
+    };
     let mut a = qp.attrs.lock();
     // Everything is validated before anything is written: a refused modify changes nothing.
     let v = validate_now(qp, &mut a, req, &port)?;
@@ -267,14 +323,32 @@ pub(super) fn modify(
     // sleeps from here to `apply`. (A move to ERR by the data path in the few instructions
     // before `apply` takes the QP lock can still be overwritten: closing that needs `apply` to
     // check the state under its lock.)
-    let v = if qp.inner.snapshot().0 != a.state { validate_now(qp, &mut a, req, &port)? } else { v };
+    let v = if qp.inner.snapshot().0 != a.state {
+        validate_now(qp, &mut a, req, &port)?
+    } else {
+        v
+    };
 
-    let srq_sge = if qp.has_srq { qp.inner.srq_max_sge() } else { 0 };
+    let srq_sge = if qp.has_srq {
+        qp.inner.srq_max_sge()
+    } else {
+        0
+    };
     if v.next_state == QpState::Reset && a.state != QpState::Reset {
         // Back to RESET: the QP is as created, its queues emptied.
         *a = QpAttrs::reset();
-        let cfg = engine_config(qp.qpn, qp.qp_type, qp.sq_sig_all, &qp.cap, qp.has_srq, srq_sge, &a, port.active_mtu);
-        qp.inner.apply(cfg, None, Some(0), Some(0), Some((QpState::Reset, false)));
+        let cfg = engine_config(
+            qp.qpn,
+            qp.qp_type,
+            qp.sq_sig_all,
+            &qp.cap,
+            qp.has_srq,
+            srq_sge,
+            &a,
+            port.active_mtu,
+        );
+        qp.inner
+            .apply(cfg, None, Some(0), Some(0), Some((QpState::Reset, false)));
         return Ok(());
     }
     // Commit every attribute the request carried (validated above).
@@ -315,8 +389,23 @@ pub(super) fn modify(
     let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
         .then_some((v.next_state, a.en_sqd_async_notify));
     a.state = v.next_state;
-    let cfg = engine_config(qp.qpn, qp.qp_type, qp.sq_sig_all, &qp.cap, qp.has_srq, srq_sge, &a, port.active_mtu);
-    qp.inner.apply(cfg, path, v.sq_psn.map(|p| p.get()), v.rq_psn.map(|p| p.get()), state_change);
+    let cfg = engine_config(
+        qp.qpn,
+        qp.qp_type,
+        qp.sq_sig_all,
+        &qp.cap,
+        qp.has_srq,
+        srq_sge,
+        &a,
+        port.active_mtu,
+    );
+    qp.inner.apply(
+        cfg,
+        path,
+        v.sq_psn.map(|p| p.get()),
+        v.rq_psn.map(|p| p.get()),
+        state_change,
+    );
     Ok(())
 }
 
@@ -328,21 +417,33 @@ fn entered_by_data_path(s: QpState) -> bool {
 /// Brings `a.state` up to date with the data path (which moves the QP to ERR or SQE on its own)
 /// and validates `req` against it, as rxe and IBTA do: the current state is the QP's, not the
 /// one the last modify set.
-fn validate_now(qp: &RrxeQp, a: &mut QpAttrs, req: &ModifyRequest, port: &PortInfo)
-    -> Result<qp_attr::ValidatedModify> {
+fn validate_now(
+    qp: &RrxeQp,
+    a: &mut QpAttrs,
+    req: &ModifyRequest,
+    port: &PortInfo,
+) -> Result<qp_attr::ValidatedModify> {
     let (dp_state, _, _, draining) = qp.inner.snapshot();
     if entered_by_data_path(dp_state) {
         a.state = dp_state;
     }
     a.sq_draining = draining && a.state == QpState::Sqd;
-    let cur = QpCurrent { qp_type: qp.qp_type, state: a.state, sq_draining: a.sq_draining };
+    let cur = QpCurrent {
+        qp_type: qp.qp_type,
+        state: a.state,
+        sq_draining: a.sq_draining,
+    };
     qp_attr::validate(req, &cur, &limits(), port).map_err(|e| errno(e.errno()))
 }
 
 pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
     let a = qp.attrs.lock();
     let (state, sq_psn, rq_psn, draining) = qp.inner.snapshot();
-    let state = if entered_by_data_path(state) { state } else { a.state };
+    let state = if entered_by_data_path(state) {
+        state
+    } else {
+        a.state
+    };
     let (av, hop) = match &a.path {
         Some(p) => (p.av, p.hop_limit),
         None => (AddressVector::default(), 0),
@@ -356,8 +457,16 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
         path_mtu: a.path_mtu as u32,
         path_mig_state: a.path_mig_state as u32,
         qkey: a.qkey,
-        rq_psn: if state == QpState::Reset { a.rq_psn } else { rq_psn },
-        sq_psn: if state == QpState::Reset { a.sq_psn } else { sq_psn },
+        rq_psn: if state == QpState::Reset {
+            a.rq_psn
+        } else {
+            rq_psn
+        },
+        sq_psn: if state == QpState::Reset {
+            a.sq_psn
+        } else {
+            sq_psn
+        },
         dest_qp_num: a.dest_qp_num,
         qp_access_flags: a.access,
         cap: qp.cap,

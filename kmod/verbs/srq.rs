@@ -22,12 +22,21 @@ pub(crate) struct RrxeSrq {
     pub(crate) inner: Arc<SrqInner>,
 }
 
-pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, attr: &mut SrqAttr, udata: Option<&Udata>, ev: SrqRef)
-    -> Result<RrxeSrq> {
+pub(super) fn create(
+    dev: &Device<Rrxe>,
+    _pd: &RrxePd,
+    attr: &mut SrqAttr,
+    udata: Option<&Udata>,
+    ev: SrqRef,
+) -> Result<RrxeSrq> {
     // Kernel SRQs would need a kernel post_srq_recv: not supported.
     let u = udata.ok_or_else(crate::ib::eopnotsupp)?;
     u.expect_no_cmd()?;
-    if attr.max_wr == 0 || attr.max_wr > lim::MAX_SRQ_WR || attr.max_sge == 0 || attr.max_sge > lim::MAX_SRQ_SGE {
+    if attr.max_wr == 0
+        || attr.max_wr > lim::MAX_SRQ_WR
+        || attr.max_sge == 0
+        || attr.max_sge > lim::MAX_SRQ_SGE
+    {
         return Err(EINVAL);
     }
     if attr.srq_limit > attr.max_wr {
@@ -38,7 +47,15 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, attr: &mut SrqAttr, udata
     let data = dev.data();
     data.quota.srq.take(lim::MAX_SRQ)?;
     let inner = match Arc::pin_init(
-        SrqInner::new(ring, info.slots, info.slot_size as usize, attr.max_wr, attr.max_sge, attr.srq_limit, ev),
+        SrqInner::new(
+            ring,
+            info.slots,
+            info.slot_size as usize,
+            attr.max_wr,
+            attr.max_sge,
+            attr.srq_limit,
+            ev,
+        ),
         GFP_KERNEL_ACCOUNT,
     ) {
         Ok(i) => i,
@@ -50,7 +67,13 @@ pub(super) fn create(dev: &Device<Rrxe>, _pd: &RrxePd, attr: &mut SrqAttr, udata
     Ok(RrxeSrq { inner })
 }
 
-pub(super) fn modify(_dev: &Device<Rrxe>, srq: &RrxeSrq, attr: &SrqAttr, mask: u32, udata: Option<&Udata>) -> Result {
+pub(super) fn modify(
+    _dev: &Device<Rrxe>,
+    srq: &RrxeSrq,
+    attr: &SrqAttr,
+    mask: u32,
+    udata: Option<&Udata>,
+) -> Result {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
@@ -71,7 +94,11 @@ pub(super) fn modify(_dev: &Device<Rrxe>, srq: &RrxeSrq, attr: &SrqAttr, mask: u
 }
 
 pub(super) fn query(_dev: &Device<Rrxe>, srq: &RrxeSrq) -> Result<SrqAttr> {
-    Ok(SrqAttr { max_wr: srq.inner.max_wr, max_sge: srq.inner.max_sge, srq_limit: srq.inner.limit() })
+    Ok(SrqAttr {
+        max_wr: srq.inner.max_wr,
+        max_sge: srq.inner.max_sge,
+        srq_limit: srq.inner.limit(),
+    })
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, _srq: &RrxeSrq) {

@@ -269,7 +269,11 @@ pub struct RecvWqe {
 /// inline payload, rounded up to a power of two (at least 64).
 pub const fn send_slot_size(max_sge: u32, max_inline: u32) -> usize {
     let sges = max_sge as usize * core::mem::size_of::<Sge>();
-    let body = if sges > max_inline as usize { sges } else { max_inline as usize };
+    let body = if sges > max_inline as usize {
+        sges
+    } else {
+        max_inline as usize
+    };
     let n = core::mem::size_of::<SendWqe>() + body;
     if n <= 64 {
         64

@@ -184,7 +184,7 @@ where
                 }
             };
             sent += 1;
-            self.stat(env, Stat::SentPkts, 1);
+            self.counters.add(Stat::SentPkts, 1);
             if psn.before(self.req.high) {
                 self.stat(env, Stat::Retransmits, 1);
             }
@@ -328,7 +328,7 @@ where
             Dest::Connected
         };
         let r = env.emit(&scratch[..len], dest);
-        self.stat(env, Stat::SentBytes, len as u64);
+        self.counters.add(Stat::SentBytes, len as u64);
         Ok(r)
     }
 

@@ -224,8 +224,8 @@ where
         h.aeth = Some(aeth);
         let r = match super::assemble(scratch, &h, 0, |_| Ok(())) {
             Ok(len) => {
-                self.stat(env, Stat::SentPkts, 1);
-                self.stat(env, Stat::SentBytes, len as u64);
+                self.counters.add(Stat::SentPkts, 1);
+                self.counters.add(Stat::SentBytes, len as u64);
                 env.emit(&scratch[..len], Dest::Connected)
             }
             Err(_) => Emit::Sent,
@@ -272,6 +272,18 @@ where
         let a = Aeth::nak(self.resp.msn, code);
         self.send_ack(env, scratch, psn, a);
         self.fatal(env, fault == Fault::Operational);
+    }
+
+    /// A malformed or unsupported request (class C): NAK Invalid Request, and the receive WQE
+    /// in use completes with REM_INV_REQ_ERR.
+    fn fail_invalid<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn) {
+        self.fail(
+            env,
+            scratch,
+            psn,
+            Fault::Invalid,
+            Some(wc_status::REM_INV_REQ_ERR),
+        );
     }
 
     /// Sends the coalesced ACK, if one is pending and nothing is owed before it.
@@ -421,13 +433,7 @@ where
         if !seq_ok {
             self.stat(env, Stat::RxBadHeaders, 1);
             if rc {
-                self.fail(
-                    env,
-                    scratch,
-                    psn,
-                    Fault::Invalid,
-                    Some(wc_status::REM_INV_REQ_ERR),
-                );
+                self.fail_invalid(env, scratch, psn);
                 return;
             }
             self.abandon_msg();
@@ -443,13 +449,7 @@ where
             _ => {
                 self.stat(env, Stat::RxBadHeaders, 1);
                 if rc {
-                    self.fail(
-                        env,
-                        scratch,
-                        psn,
-                        Fault::Invalid,
-                        Some(wc_status::REM_INV_REQ_ERR),
-                    );
+                    self.fail_invalid(env, scratch, psn);
                 }
             }
         }
@@ -476,13 +476,7 @@ where
         if !wire::payload_len_ok(info, payload.len(), self.cfg.mtu as usize) {
             self.stat(env, Stat::RxBadHeaders, 1);
             if rc {
-                self.fail(
-                    env,
-                    scratch,
-                    psn,
-                    Fault::Invalid,
-                    Some(wc_status::REM_INV_REQ_ERR),
-                );
+                self.fail_invalid(env, scratch, psn);
             } else {
                 self.uc_drop_msg(env, psn, end);
             }
@@ -855,8 +849,8 @@ where
         };
         match built {
             Ok(n) => {
-                self.stat(env, Stat::SentPkts, 1);
-                self.stat(env, Stat::SentBytes, n as u64);
+                self.counters.add(Stat::SentPkts, 1);
+                self.counters.add(Stat::SentBytes, n as u64);
                 env.emit(&scratch[..n], Dest::Connected)
             }
             Err(_) => {
