@@ -10,8 +10,12 @@
 //! `BhSpinLock<T>` type is not needed for that: the closure scopes the lock guard by
 //! construction.
 //!
-//! Do not call [`with_bh_disabled`] with hard interrupts disabled (`local_bh_enable` may run
-//! pending softirqs and warns if IRQs are off). Nesting is allowed.
+//! Kernel verbs consumers may call in with hard interrupts disabled (ib_cm creates and
+//! destroys AHs and posts MADs under `spin_lock_irqsave`). No softirq can run on the CPU then,
+//! so [`with_bh_disabled`] runs its closure as is (`local_bh_enable` would warn with IRQs
+//! off). Code that transmits must not run there (the stack's transmit path enables bottom
+//! halves): callers that may be in such a context check [`irqs_disabled`] and defer. Nesting
+//! is allowed.
 
 use super::bindings as b;
 
@@ -21,6 +25,10 @@ use super::bindings as b;
 /// Callable from process context and from softirq context (where it only nests the count).
 /// `f` must not sleep.
 pub(crate) fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
+    if irqs_disabled() {
+        // Softirqs cannot run on this CPU until IRQs are enabled again.
+        return f();
+    }
     /// Re-enables bottom halves when dropped, so a panic unwinding through `f` (the kernel does
     /// not unwind, but the pairing is kept structural anyway) cannot leave them disabled.
     struct Enable;
@@ -36,6 +44,13 @@ pub(crate) fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
     unsafe { b::rrxe_local_bh_disable() };
     let _enable = Enable;
     f()
+}
+
+/// Whether hard interrupts are disabled on this CPU (a caller under `spin_lock_irqsave`, or
+/// hard IRQ context).
+pub(crate) fn irqs_disabled() -> bool {
+    // SAFETY: reads this CPU's interrupt flag; no preconditions.
+    unsafe { b::rrxe_irqs_disabled() }
 }
 
 /// Waits until every RCU read-side critical section that began before the call has ended

@@ -16,7 +16,9 @@ use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
     AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
 };
+use super::kverbs::{KSendWr, Wc};
 use super::udata::Udata;
+use crate::uapi::Sge;
 use crate::logic::{qp_attr::ModifyRequest, stats};
 use core::{
     mem::{size_of, MaybeUninit},
@@ -138,12 +140,14 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     ) -> Result<(Self::Mr, MrKeys)>;
     /// `dereg_mr`: runs before the data is dropped.
     fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr);
-    /// `create_ah` (user and kernel callers).
+    /// `create_ah` (user and kernel callers). It must not sleep unless `sleepable`
+    /// (`RDMA_CREATE_AH_SLEEPABLE`; ib_cm creates AHs under `spin_lock_irqsave`).
     fn create_ah(
         dev: &Device<Self>,
         pd: &Self::Pd,
         av: &AddressVector,
         udata: Option<&Udata>,
+        sleepable: bool,
     ) -> Result<Self::Ah>;
     /// `destroy_ah`: runs before the data is dropped. It must not sleep unless `sleepable`
     /// (`RDMA_DESTROY_AH_SLEEPABLE`; kernel callers may destroy AHs in atomic context).
@@ -172,6 +176,25 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn post_send(dev: &Device<Self>, qp: &Self::Qp) -> Result;
     /// `req_notify_cq`: arms the CQ; returns whether completions are already waiting.
     fn req_notify_cq(dev: &Device<Self>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
+
+    /// `get_dma_mr`: an MR over the kernel's memory (kernel consumers only, see `kmem`).
+    fn get_dma_mr(dev: &Device<Self>, pd: &Self::Pd, access: u32) -> Result<(Self::Mr, MrKeys)>;
+    /// Queues one send WR of a kernel consumer (any context but hard IRQ); `ENOMEM` when the
+    /// SQ is full.
+    fn post_send_kernel(dev: &Device<Self>, qp: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result;
+    /// Processes what a kernel consumer's `post_send` queued (must not sleep).
+    fn kernel_doorbell(dev: &Device<Self>, qp: &Self::Qp);
+    /// Queues one receive WR of a kernel consumer; `ENOMEM` when the RQ is full.
+    fn post_recv_kernel(dev: &Device<Self>, qp: &Self::Qp, wr_id: u64, sges: &[Sge]) -> Result;
+    /// Queues one receive WR of a kernel consumer on an SRQ.
+    fn post_srq_recv_kernel(
+        dev: &Device<Self>,
+        srq: &Self::Srq,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result;
+    /// `poll_cq` of a kernel CQ: fills up to `out.len()` completions, returns how many.
+    fn poll_cq(dev: &Device<Self>, cq: &Self::Cq, out: &mut [Wc]) -> usize;
 }
 
 /// An `ib_device` owned by ib_core with driver `T`'s data embedded.

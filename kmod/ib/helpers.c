@@ -77,6 +77,12 @@ void rrxe_local_bh_enable(void)
 	local_bh_enable();
 }
 
+/* irqs_disabled(): a kernel verbs consumer may call us under spin_lock_irqsave(). */
+bool rrxe_irqs_disabled(void)
+{
+	return irqs_disabled();
+}
+
 void rrxe_cond_resched(void)
 {
 	cond_resched();

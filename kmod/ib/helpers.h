@@ -28,6 +28,7 @@ bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_devi
 /* bh.rs */
 void rrxe_local_bh_disable(void);
 void rrxe_local_bh_enable(void);
+bool rrxe_irqs_disabled(void);
 void rrxe_cond_resched(void);
 bool rrxe_fatal_signal_pending(void);
 

@@ -10,6 +10,8 @@
 pub(crate) mod bh;
 pub(crate) mod bindings;
 pub(crate) mod device;
+pub(crate) mod kmem;
+pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;

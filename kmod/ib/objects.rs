@@ -20,8 +20,8 @@ use kernel::{error::from_result, prelude::*, types::Opaque};
 /// An ib_core object with driver data `D` after it.
 #[repr(C)]
 pub(crate) struct Obj<C, D> {
-    ib: Opaque<C>,
-    data: MaybeUninit<D>,
+    pub(super) ib: Opaque<C>,
+    pub(super) data: MaybeUninit<D>,
 }
 
 impl<C, D> Obj<C, D> {
@@ -259,6 +259,11 @@ unsafe impl Send for QpRef {}
 unsafe impl Sync for QpRef {}
 
 impl QpRef {
+    /// The `ib_qp` as a kernel consumer's completion names it.
+    pub(crate) fn handle(&self) -> super::kverbs::QpHandle {
+        super::kverbs::QpHandle(self.0)
+    }
+
     /// Dispatches `e` to the QP's event handler.
     pub(crate) fn event(&self, e: QpEvent) {
         let mut ev = b::ib_event::default();
@@ -349,12 +354,12 @@ fn cap_to_raw(c: &QpCap, out: &mut b::ib_qp_cap) {
     out.max_inline_data = c.max_inline_data;
 }
 
-type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
-type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
-type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
-type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
-type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
-type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;
+pub(super) type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
+pub(super) type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
+pub(super) type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
+pub(super) type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
+pub(super) type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
+pub(super) type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;
 
 /// Fills the object sizes and verbs callbacks into `ops`.
 pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
@@ -384,12 +389,13 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.destroy_srq = Some(destroy_srq::<T>);
     ops.post_send = Some(post_send::<T>);
     ops.req_notify_cq = Some(req_notify_cq::<T>);
+    super::kverbs::fill_ops::<T>(ops);
 }
 
 /// # Safety
 ///
 /// `ibdev` must be a live device of driver `T`.
-unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Device<T> {
+pub(super) unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Device<T> {
     // SAFETY: per the contract above.
     unsafe { Device::<T>::from_raw(ibdev) }
 }
@@ -765,7 +771,9 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
                 Udata::from_raw(udata),
             )
         };
-        let data = T::create_ah(d, pd, &av, udata.as_ref())?;
+        // SAFETY: `init` is valid per the contract above.
+        let sleepable = unsafe { (*init).flags } & b::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
+        let data = T::create_ah(d, pd, &av, udata.as_ref(), sleepable)?;
         // SAFETY: the data of a fresh AH block is uninitialised.
         unsafe { AhObj::<T>::init(ah, data) };
         Ok(0)
@@ -883,22 +891,19 @@ unsafe extern "C" fn destroy_srq<T: IbDriver>(
 }
 
 /// `post_send`: a user QP's doorbell arrives with an empty list (uverbs `POST_SEND` with
-/// `wr_count == 0`); kernel work-request lists are not supported.
+/// `wr_count == 0`); a kernel consumer's list goes to [`super::kverbs::post_send`].
 ///
 /// # Safety
 ///
-/// ib_core passes a live QP of ours.
+/// ib_core passes a live QP of ours; a list, when given, is a valid `ib_send_wr` chain.
 unsafe extern "C" fn post_send<T: IbDriver>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_send_wr,
     bad_wr: *mut *const b::ib_send_wr,
 ) -> i32 {
     if !wr.is_null() {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller passes a writable `bad_wr` slot.
-            unsafe { *bad_wr = wr };
-        }
-        return crate::ib::eopnotsupp().to_errno();
+        // SAFETY: per the contract above.
+        return unsafe { super::kverbs::post_send::<T>(qp, wr, bad_wr) };
     }
     from_result(|| {
         // SAFETY: per the contract above.

@@ -33,14 +33,26 @@ struct Mapping {
     bytes: usize,
 }
 
-/// A ring shared with one user context.
+/// Where a ring's memory lives.
+enum Backing {
+    /// Shared with a user context through an mmap entry.
+    User(NonNull<Mapping>),
+    /// A kernel consumer's queue: the same layout, never mapped to user space.
+    Kernel { mem: NonNull<u8>, bytes: usize },
+}
+
+/// A ring shared with one user context, or the same ring format for a kernel consumer (kernel
+/// QPs, CQs and SRQs use the data path's ring code unchanged).
 ///
 /// # Invariants
 ///
-/// `map` points to a live `Mapping` whose entry is inserted in a ucontext and whose `mem` is an
-/// [`alloc_user_mappable`] area of `bytes` bytes; the entry is removed exactly once, in `drop`.
+/// - `Backing::User(map)`: `map` points to a live `Mapping` whose entry is inserted in a
+///   ucontext and whose `mem` is an [`alloc_user_mappable`] area of `bytes` bytes; the entry is
+///   removed exactly once, in `drop`.
+/// - `Backing::Kernel { mem, bytes }`: `mem` is an [`alloc_user_mappable`] area of `bytes`
+///   bytes owned by this ring alone and freed exactly once, in `drop`.
 pub(crate) struct SharedRing {
-    map: NonNull<Mapping>,
+    backing: Backing,
     key: u64,
 }
 
@@ -126,8 +138,25 @@ impl SharedRing {
         let key = unsafe { ((*(*map).entry.get()).start_pgoff as u64) << kernel::page::PAGE_SHIFT };
         // INVARIANT: inserted above, removed in `drop`.
         Ok(SharedRing {
-            map: NonNull::new(map).ok_or(EINVAL)?,
+            backing: Backing::User(NonNull::new(map).ok_or(EINVAL)?),
             key,
+        })
+    }
+
+    /// Allocates `bytes` (a multiple of the page size) of zeroed memory for a kernel consumer's
+    /// queue (process context). Its key is 0: it is never mapped.
+    pub(crate) fn new_kernel(bytes: usize) -> Result<Self> {
+        if bytes == 0 || bytes % kernel::page::PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
+        let Some(mem) = NonNull::new(mem) else {
+            return Err(ENOMEM);
+        };
+        // INVARIANT: the area is ours alone; `drop` frees it.
+        Ok(SharedRing {
+            backing: Backing::Kernel { mem, bytes },
+            key: 0,
         })
     }
 
@@ -151,13 +180,19 @@ impl SharedRing {
 
     /// Bytes of the mapping.
     pub(crate) fn bytes(&self) -> usize {
-        // SAFETY: by the type invariant the mapping is live.
-        unsafe { self.map.as_ref().bytes }
+        match &self.backing {
+            // SAFETY: by the type invariant the mapping is live.
+            Backing::User(map) => unsafe { map.as_ref().bytes },
+            Backing::Kernel { bytes, .. } => *bytes,
+        }
     }
 
     fn mem(&self) -> *mut u8 {
-        // SAFETY: by the type invariant the mapping is live.
-        unsafe { self.map.as_ref().mem }
+        match &self.backing {
+            // SAFETY: by the type invariant the mapping is live.
+            Backing::User(map) => unsafe { map.as_ref().mem },
+            Backing::Kernel { mem, .. } => mem.as_ptr(),
+        }
     }
 
     /// The `u32` at byte `off` of the ring, as an atomic. `None` when out of bounds or unaligned.
@@ -212,9 +247,15 @@ impl SharedRing {
 
 impl Drop for SharedRing {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant the entry is inserted; after this no new mapping can be
-        // made and ib_core calls `mmap_free` when the last reference goes.
-        unsafe { b::rdma_user_mmap_entry_remove((*self.map.as_ptr()).entry.get()) };
+        match &self.backing {
+            // SAFETY: by the type invariant the entry is inserted; after this no new mapping can
+            // be made and ib_core calls `mmap_free` when the last reference goes.
+            Backing::User(map) => unsafe {
+                b::rdma_user_mmap_entry_remove((*map.as_ptr()).entry.get())
+            },
+            // SAFETY: by the type invariant the area is ours alone and freed only here.
+            Backing::Kernel { mem, .. } => unsafe { b::vfree(mem.as_ptr().cast()) },
+        }
     }
 }
 

@@ -18,19 +18,36 @@ pub(crate) struct RrxeAh {
     num: u32,
 }
 
+impl RrxeAh {
+    /// The number send WQEs name the AH by.
+    pub(crate) fn num(&self) -> u32 {
+        self.num
+    }
+}
+
 pub(super) fn create(
     dev: &Device<Rrxe>,
     pd: &RrxePd,
     avec: &AddressVector,
     udata: Option<&Udata>,
+    sleepable: bool,
 ) -> Result<RrxeAh> {
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
+    // The route lookup does not sleep. Opening the socket and reaping dead AHs do: a kernel
+    // caller in atomic context (ib_cm) skips them; its QP1 opened the socket already.
     let path: Path = av::resolve(dev, avec, None)?;
-    dev.data().fabric.need_wire(&path)?;
     let data = dev.data();
-    reap(dev);
+    if sleepable {
+        data.fabric.need_wire(&path)?;
+        reap(dev);
+    }
+    let gfp = if sleepable {
+        GFP_KERNEL_ACCOUNT
+    } else {
+        GFP_ATOMIC
+    };
     data.quota.ah.take(lim::MAX_AH)?;
     let num = match data.alloc_ah_num() {
         Ok(n) => n,
@@ -55,7 +72,7 @@ pub(super) fn create(
                     path,
                     pd: pd as *const RrxePd as usize,
                 },
-                GFP_KERNEL_ACCOUNT,
+                gfp,
             )?,
         )
     })();

@@ -2,7 +2,11 @@
 //! Address resolution: from an address vector to a checked RoCEv2 path.
 
 use super::device::Rrxe;
-use crate::ib::{device::Device, objects::AddressVector};
+use crate::ib::{bh::irqs_disabled, device::Device, objects::AddressVector};
+
+/// IPv4 TTL / IPv6 hop limit when neither the caller nor a route lookup gave one (the stack's
+/// `sysctl_ip_default_ttl` default).
+const DEFAULT_HOP_LIMIT: u8 = 64;
 use crate::logic::roce;
 use kernel::prelude::*;
 
@@ -37,11 +41,22 @@ pub(crate) fn resolve(
         // Multicast needs attach/detach (not supported); a connected QP can never use it.
         return Err(EINVAL);
     }
-    let route = dev.route(roce::gid_to_addr(sgid.gid), roce::gid_to_addr(av.dgid))?;
-    let hop_limit = if av.hop_limit == 0 {
-        route.hop_limit
+    // The route lookup enables bottom halves internally, which must not happen under a kernel
+    // consumer's `spin_lock_irqsave` (ib_cm's AHs): there the consumer's own resolution (the
+    // address vector's hop limit, from rdma_cm's route) stands, and the stack's default when
+    // it gave none.
+    let hop_limit = if irqs_disabled() {
+        match av.hop_limit {
+            0 => DEFAULT_HOP_LIMIT,
+            h => h,
+        }
     } else {
-        av.hop_limit
+        let route = dev.route(roce::gid_to_addr(sgid.gid), roce::gid_to_addr(av.dgid))?;
+        if av.hop_limit == 0 {
+            route.hop_limit
+        } else {
+            av.hop_limit
+        }
     };
     let udp_sport = match qpns {
         Some((l, r)) => roce::udp_sport(av.flow_label, l, r),

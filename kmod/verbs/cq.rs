@@ -34,13 +34,15 @@ fn check_cqe(cqe: u32) -> Result<u32> {
     Ok(cqe)
 }
 
-/// A completion ring for `cqe` entries, announced to the provider through `udata`.
-fn new_ring(udata: &Udata, cqe: u32) -> Result<(SharedRing, u32)> {
+/// A completion ring for `cqe` entries, announced to the provider through `udata`, or for a
+/// kernel consumer (who polls it through `poll_cq`) without.
+fn new_ring(udata: Option<&Udata>, cqe: u32) -> Result<(SharedRing, u32)> {
     let slots = uapi::cq_ring_slots(cqe);
-    let ring = SharedRing::new(
-        udata,
-        uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE),
-    )?;
+    let bytes = uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE);
+    let ring = match udata {
+        Some(u) => SharedRing::new(u, bytes)?,
+        None => SharedRing::new_kernel(bytes)?,
+    };
     ring.store_release(
         offset_of!(uapi::RingHeader, log2_slots),
         slots.trailing_zeros(),
@@ -49,14 +51,16 @@ fn new_ring(udata: &Udata, cqe: u32) -> Result<(SharedRing, u32)> {
         offset_of!(uapi::RingHeader, slot_size),
         uapi::CQE_SIZE as u32,
     );
-    udata.respond(&uapi::CreateCqResp {
-        ring: uapi::RingInfo {
-            mmap_key: ring.key(),
-            bytes: ring.bytes() as u64,
-            slots,
-            slot_size: uapi::CQE_SIZE as u32,
-        },
-    })?;
+    if let Some(u) = udata {
+        u.respond(&uapi::CreateCqResp {
+            ring: uapi::RingInfo {
+                mmap_key: ring.key(),
+                bytes: ring.bytes() as u64,
+                slots,
+                slot_size: uapi::CQE_SIZE as u32,
+            },
+        })?;
+    }
     Ok((ring, slots))
 }
 
@@ -76,13 +80,8 @@ pub(super) fn create(
     if init.comp_vector >= lim::NUM_COMP_VECTORS {
         return Err(EINVAL);
     }
-    let (ring, slots) = match udata {
-        Some(u) => {
-            let (r, s) = new_ring(u, cqe)?;
-            (Some(r), s)
-        }
-        None => (None, 1),
-    };
+    let (ring, slots) = new_ring(udata, cqe)?;
+    let ring = Some(ring);
     let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL_ACCOUNT)?;
     dev.data().quota.cq.take(lim::MAX_CQ)?;
     Ok((
@@ -108,17 +107,15 @@ pub(super) fn resize(
         u.expect_no_cmd()?;
     }
     let cqe = check_cqe(cqe)?;
-    if let Some(u) = udata {
-        // Fewer entries than completions waiting: refused, nothing dropped (checked again under
-        // the CQ lock when the rings are swapped).
-        if cq.inner.pending() > cqe {
-            return Err(EINVAL);
-        }
-        // A new ring with the unconsumed completions moved over; the old one stays mapped (if
-        // the provider still maps it) until unmapped.
-        let (ring, slots) = new_ring(u, cqe)?;
-        cq.inner.replace_ring(ring, slots, cqe)?;
+    // Fewer entries than completions waiting: refused, nothing dropped (checked again under
+    // the CQ lock when the rings are swapped).
+    if cq.inner.pending() > cqe {
+        return Err(EINVAL);
     }
+    // A new ring with the unconsumed completions moved over; the old one stays mapped (if the
+    // provider still maps it) until unmapped.
+    let (ring, slots) = new_ring(udata, cqe)?;
+    cq.inner.replace_ring(ring, slots, cqe)?;
     cq.cqe.store(cqe, Ordering::Relaxed);
     Ok(cqe)
 }

@@ -3,8 +3,10 @@
 
 use super::{ah, cq, dp::Fabric, mr, pd, qp, srq, stats::DevStats};
 use crate::ib::{
+    bh::with_bh_disabled,
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
+    kverbs::{KSendWr, Wc},
     netdev::NetDev,
     objects::{
         AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
@@ -17,9 +19,9 @@ use crate::logic::{
     qp_attr::ModifyRequest,
     stats,
 };
-use crate::uapi;
+use crate::uapi::{self, Sge};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kernel::{new_mutex, new_spinlock, prelude::*, sync::Arc, sync::Mutex, sync::SpinLock};
 
 /// The rrxe driver.
 pub(crate) struct Rrxe;
@@ -125,8 +127,9 @@ pub(crate) struct RrxeDev {
     /// The netdev key the fabric is published under for received packets.
     netdev_key: usize,
     /// Address handle numbers (0 is never used).
+    /// A spinlock: kernel consumers create AHs in atomic context.
     #[pin]
-    ah_ids: Mutex<Ids>,
+    ah_ids: SpinLock<Ids>,
     /// The port state last reported to ib_core, so that events are sent on changes only.
     port_active: AtomicBool,
     pub(crate) quota: Quotas,
@@ -154,7 +157,7 @@ impl RrxeDev {
             fabric,
             stats,
             dead_ahs,
-            ah_ids <- new_mutex!(ah_ids, "rrxe:ah_ids"),
+            ah_ids <- new_spinlock!(ah_ids, "rrxe:ah_ids"),
             port_active: AtomicBool::new(active),
             quota: Quotas::default(),
             qpns <- new_mutex!(qpns, "rrxe:qpns"),
@@ -167,16 +170,21 @@ impl RrxeDev {
         }? Error))
     }
 
+    /// Any context.
     pub(crate) fn alloc_ah_num(&self) -> Result<u32> {
-        let mut ids = self.ah_ids.lock();
-        let Ids { alloc, bits, .. } = &mut *ids;
-        alloc.alloc(bits).ok_or(ENOMEM)
+        with_bh_disabled(|| {
+            let mut ids = self.ah_ids.lock();
+            let Ids { alloc, bits, .. } = &mut *ids;
+            alloc.alloc(bits).ok_or(ENOMEM)
+        })
     }
 
     pub(crate) fn free_ah_num(&self, n: u32) {
-        let mut ids = self.ah_ids.lock();
-        let Ids { alloc, bits, .. } = &mut *ids;
-        alloc.free(bits, n);
+        with_bh_disabled(|| {
+            let mut ids = self.ah_ids.lock();
+            let Ids { alloc, bits, .. } = &mut *ids;
+            alloc.free(bits, n);
+        })
     }
 
     /// Releases one object counted by `q`.
@@ -334,8 +342,9 @@ impl IbDriver for Rrxe {
         p: &Self::Pd,
         av: &AddressVector,
         udata: Option<&Udata>,
+        sleepable: bool,
     ) -> Result<Self::Ah> {
-        ah::create(dev, p, av, udata)
+        ah::create(dev, p, av, udata, sleepable)
     }
 
     fn destroy_ah(dev: &Device<Self>, a: &Self::Ah, sleepable: bool) {
@@ -376,6 +385,35 @@ impl IbDriver for Rrxe {
 
     fn req_notify_cq(dev: &Device<Self>, c: &Self::Cq, solicited_only: bool) -> Result<bool> {
         cq::req_notify(dev, c, solicited_only)
+    }
+
+    fn get_dma_mr(dev: &Device<Self>, p: &Self::Pd, access: u32) -> Result<(Self::Mr, MrKeys)> {
+        mr::get_dma(dev, p, access)
+    }
+
+    fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result {
+        qp::post_send_kernel(q, wr)
+    }
+
+    fn kernel_doorbell(_dev: &Device<Self>, q: &Self::Qp) {
+        q.inner.kernel_doorbell()
+    }
+
+    fn post_recv_kernel(_dev: &Device<Self>, q: &Self::Qp, wr_id: u64, sges: &[Sge]) -> Result {
+        qp::post_recv_kernel(q, wr_id, sges)
+    }
+
+    fn post_srq_recv_kernel(
+        _dev: &Device<Self>,
+        s: &Self::Srq,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result {
+        s.inner.post_kernel(wr_id, sges)
+    }
+
+    fn poll_cq(dev: &Device<Self>, c: &Self::Cq, out: &mut [Wc]) -> usize {
+        c.inner.poll_kernel(&dev.data().fabric, out)
     }
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr, udata: Option<&Udata>) -> Result {

@@ -21,6 +21,8 @@ use super::av::Path;
 use super::stats::DevStats;
 use crate::ib::{
     bh::{self, synchronize_rcu, with_bh_disabled},
+    kmem::KernelVirt,
+    kverbs::Wc,
     netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
@@ -38,9 +40,9 @@ use crate::logic::{
     },
     wire::Packet,
 };
-use crate::uapi::{self, Cqe, RingHeader};
+use crate::uapi::{self, Cqe, RingHeader, SendWqe, Sge};
 use core::{
-    mem::offset_of,
+    mem::{offset_of, size_of},
     sync::atomic::{fence, AtomicU64, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
@@ -52,6 +54,8 @@ pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 const BUDGET: u32 = 64;
 /// Passes one doorbell makes at most (then the continuation timer takes over).
 const MAX_PASSES: u32 = 1 << 16;
+/// Passes a kernel consumer's doorbell makes (it may not sleep between passes).
+const KERNEL_PASSES: u32 = 4;
 /// Bulk packets one doorbell pass and its delivery may generate (bottom halves stay disabled
 /// for a pass and its delivery: keep it short).
 const DOORBELL_BULK: u32 = 2 * BUDGET;
@@ -122,6 +126,43 @@ impl<T: Send + Sync> Table<T> {
     }
 }
 
+/// The memory behind an MR.
+pub(crate) enum MrMem {
+    /// Pinned user pages; offsets from the MR's start.
+    User(Umem),
+    /// A kernel consumer's DMA MR: the address is the kernel virtual address (virt-DMA).
+    Kernel(KernelVirt),
+}
+
+impl MrMem {
+    /// `off`: offset in the MR; `addr`: the address the request named (a DMA MR's iova is 0
+    /// and its length the whole space, so the two are the same there).
+    fn read(&self, off: u64, out: &mut [u8]) -> Result {
+        match self {
+            MrMem::User(u) => u.read(off, out),
+            MrMem::Kernel(k) => k.read(off, out),
+        }
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result {
+        match self {
+            MrMem::User(u) => u.write(off, data),
+            MrMem::Kernel(k) => k.write(off, data),
+        }
+    }
+
+    fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
+        match (self, op) {
+            (MrMem::User(u), AtomicOp::CmpSwap { compare, swap }) => u.atomic_cas(off, compare, swap),
+            (MrMem::User(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
+            (MrMem::Kernel(k), AtomicOp::CmpSwap { compare, swap }) => {
+                k.atomic_cas(off, compare, swap)
+            }
+            (MrMem::Kernel(k), AtomicOp::FetchAdd { add }) => k.atomic_fadd(off, add),
+        }
+    }
+}
+
 /// A registered memory region as the data path sees it.
 pub(crate) struct MrInner {
     pub(crate) key: u32,
@@ -129,7 +170,7 @@ pub(crate) struct MrInner {
     pub(crate) access: u32,
     pub(crate) iova: u64,
     pub(crate) length: u64,
-    pub(crate) umem: Umem,
+    pub(crate) mem: MrMem,
 }
 
 /// An address handle as the data path sees it.
@@ -193,6 +234,11 @@ impl Fabric {
         if path.loopback {
             return Ok(());
         }
+        self.udp.open(rx_wire)
+    }
+
+    /// Opens the UDP socket for receiving (process context), whatever the paths.
+    pub(crate) fn open_wire(&self) -> Result {
         self.udp.open(rx_wire)
     }
 
@@ -309,6 +355,33 @@ impl CqInner {
         ok
     }
 
+    /// A kernel consumer's `poll_cq`: moves up to `out.len()` completions out of the ring, each
+    /// with its QP's `ib_qp` (none if the QP is gone). Returns how many.
+    pub(crate) fn poll_kernel(&self, fabric: &Fabric, out: &mut [Wc]) -> usize {
+        with_bh_disabled(|| {
+            let st = self.st.lock();
+            let Some(ring) = st.ring.as_ref() else {
+                return 0;
+            };
+            let cons = ring.load_acquire(CONS);
+            let n = (st.prod.wrapping_sub(cons).min(st.slots) as usize).min(out.len());
+            let mut buf = [0u8; uapi::CQE_SIZE];
+            for (i, w) in out.iter_mut().take(n).enumerate() {
+                let idx = cons.wrapping_add(i as u32);
+                let _ = ring.read(HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE, &mut buf);
+                let cqe = tp::decode_cqe(&buf);
+                let qp = fabric
+                    .qps
+                    .get(cqe.qp_num)
+                    .map(|q| q.ev.handle())
+                    .unwrap_or_default();
+                *w = Wc { cqe, qp };
+            }
+            ring.store_release(CONS, cons.wrapping_add(n as u32));
+            n
+        })
+    }
+
     /// Arms the CQ; returns whether completions are waiting.
     pub(crate) fn arm(&self, solicited_only: bool) -> bool {
         with_bh_disabled(|| {
@@ -419,6 +492,24 @@ impl SrqInner {
         with_bh_disabled(|| self.st.lock().limit)
     }
 
+    /// Queues a kernel consumer's receive WQE; `ENOMEM` when the SRQ is full.
+    pub(crate) fn post_kernel(&self, wr_id: u64, sges: &[Sge]) -> Result {
+        if sges.len() > self.max_sge as usize {
+            return Err(EINVAL);
+        }
+        with_bh_disabled(|| {
+            let st = self.st.lock();
+            let prod = st.ring.load_acquire(PROD);
+            if prod.wrapping_sub(st.cons) >= st.slots {
+                return Err(ENOMEM);
+            }
+            let off = HDR + (prod & (st.slots - 1)) as usize * st.slot_size;
+            write_recv_slot(&st.ring, off, st.slot_size, wr_id, sges)?;
+            st.ring.store_release(PROD, prod.wrapping_add(1));
+            Ok(())
+        })
+    }
+
     fn take(&self, out: &mut RecvWr) -> RecvTake {
         let mut fire = false;
         let r = {
@@ -447,6 +538,19 @@ impl SrqInner {
         }
         r
     }
+}
+
+/// Writes a receive WQE into the slot at `off`.
+fn write_recv_slot(r: &SharedRing, off: usize, slot_size: usize, wr_id: u64, sges: &[Sge]) -> Result {
+    let body = off + size_of::<uapi::RecvWqe>();
+    if body + sges.len() * size_of::<Sge>() > off + slot_size {
+        return Err(EINVAL);
+    }
+    r.write(off, &tp::encode_recv_wqe(wr_id, sges.len() as u32))?;
+    for (i, s) in sges.iter().enumerate() {
+        r.write(body + i * size_of::<Sge>(), &tp::encode_sge(s))?;
+    }
+    Ok(())
 }
 
 /// Takes the next receive WQE from a ring whose kernel-side consumer index is `cons`. A
@@ -535,6 +639,10 @@ pub(crate) struct QpInner {
     max_recv_sge: u32,
     #[pin]
     pub(crate) st: SpinLock<QpData>,
+    /// Serialises a kernel consumer's producers of the SQ and RQ rings (user QPs never take it:
+    /// their producer is the provider).
+    #[pin]
+    kpost: SpinLock<()>,
     sq: Option<(SharedRing, u32, usize)>,
     rq: Option<(SharedRing, u32, usize)>,
     send_cq: Arc<CqInner>,
@@ -595,6 +703,7 @@ impl QpInner {
             pd: p.pd,
             max_recv_sge: p.max_recv_sge,
             st <- new_spinlock!(data, "rrxe:qp"),
+            kpost <- new_spinlock!((), "rrxe:qp_kpost"),
             sq: p.sq,
             rq: p.rq,
             send_cq: p.send_cq,
@@ -884,6 +993,108 @@ impl QpInner {
         ring.store_release(FLAGS, 0);
         self.resume_later();
         Ok(())
+    }
+
+    /// Writes one slot of a kernel consumer's ring with `write(ring, offset)` and publishes it.
+    /// The producer index is ours alone (under `kpost`); `ENOMEM` when the ring is full.
+    fn kernel_produce(
+        &self,
+        ring: &SharedRing,
+        slots: u32,
+        slot_size: usize,
+        write: impl FnOnce(&SharedRing, usize) -> Result,
+    ) -> Result {
+        with_bh_disabled(|| {
+            let _g = self.kpost.lock();
+            let prod = ring.load_acquire(PROD);
+            if prod.wrapping_sub(ring.load_acquire(CONS)) >= slots {
+                return Err(ENOMEM);
+            }
+            write(ring, HDR + (prod & (slots - 1)) as usize * slot_size)?;
+            ring.store_release(PROD, prod.wrapping_add(1));
+            Ok(())
+        })
+    }
+
+    /// Queues a kernel consumer's send WQE (checked against the QP's caps by the caller, so it
+    /// fits the slot); [`QpInner::kernel_doorbell`] processes it.
+    pub(crate) fn post_kernel_send(&self, hdr: &SendWqe, sges: &[Sge], inline: &[u8]) -> Result {
+        let Some((ring, slots, slot_size)) = &self.sq else {
+            return Err(EINVAL);
+        };
+        self.kernel_produce(ring, *slots, *slot_size, |r, off| {
+            let body = off + size_of::<SendWqe>();
+            if body + inline.len().max(sges.len() * size_of::<Sge>()) > off + *slot_size {
+                return Err(EINVAL);
+            }
+            r.write(off, &tp::encode_send_wqe(hdr))?;
+            r.write(body, inline)?;
+            for (i, s) in sges.iter().enumerate() {
+                r.write(body + i * size_of::<Sge>(), &tp::encode_sge(s))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Queues a kernel consumer's receive WQE. A QP in ERR completes it with WR_FLUSH_ERR at
+    /// once (`ib_drain_qp` relies on that).
+    pub(crate) fn post_kernel_recv(&self, wr_id: u64, sges: &[Sge]) -> Result {
+        let Some((ring, slots, slot_size)) = &self.rq else {
+            return Err(EINVAL);
+        };
+        if sges.len() > self.max_recv_sge as usize {
+            return Err(EINVAL);
+        }
+        self.kernel_produce(ring, *slots, *slot_size, |r, off| {
+            write_recv_slot(r, off, *slot_size, wr_id, sges)
+        })?;
+        self.flush_if_err_now();
+        Ok(())
+    }
+
+    /// Completes what was posted to a QP in ERR (nothing in other states).
+    fn flush_if_err_now(&self) {
+        with_bh_disabled(|| {
+            let mut out = Outbox::new(&self.fabric, 0, None);
+            {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                if d.eng.state() == QpState::Err {
+                    let mut cx = self.ctx(&mut d.sh, &mut out);
+                    self.pull_sq(&mut d.eng, &mut cx);
+                    d.eng.flush_if_err(&mut cx);
+                    self.finish(cx.sh);
+                }
+            }
+            deliver(&self.fabric, &mut out);
+        });
+    }
+
+    /// A kernel consumer's doorbell: never sleeps (ULPs post from softirq and under their own
+    /// spinlocks), so a few bounded passes, and the continuation timer for what is left.
+    pub(crate) fn kernel_doorbell(&self) {
+        if bh::irqs_disabled() {
+            // Under the consumer's `spin_lock_irqsave`: nothing may be sent from here (the
+            // stack's transmit path enables bottom halves); the continuation sends it.
+            self.resume_later();
+            return;
+        }
+        for _ in 0..KERNEL_PASSES {
+            let end = with_bh_disabled(|| {
+                let mut out = Outbox::new(&self.fabric, DOORBELL_BULK, Some(self));
+                let end = self.pass(&mut out);
+                deliver(&self.fabric, &mut out);
+                if end == PassEnd::Idle && out.driver_go {
+                    PassEnd::More
+                } else {
+                    end
+                }
+            });
+            if end != PassEnd::More {
+                return;
+            }
+        }
+        self.resume_later();
     }
 
     /// Handles a packet for this QP (bottom halves disabled).
@@ -1189,7 +1400,7 @@ impl Env for Ctx<'_, '_> {
             return Ok(());
         }
         let (m, off) = self.mr(key, addr, out.len() as u64, acc)?;
-        m.umem.read(off, out).map_err(|_| MemError::Bounds)
+        m.mem.read(off, out).map_err(|_| MemError::Bounds)
     }
 
     fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError> {
@@ -1197,16 +1408,12 @@ impl Env for Ctx<'_, '_> {
             return Ok(());
         }
         let (m, off) = self.mr(key, addr, data.len() as u64, acc)?;
-        m.umem.write(off, data).map_err(|_| MemError::Bounds)
+        m.mem.write(off, data).map_err(|_| MemError::Bounds)
     }
 
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
         let (m, off) = self.mr(key, addr, 8, Access::RemoteAtomic)?;
-        match op {
-            AtomicOp::CmpSwap { compare, swap } => m.umem.atomic_cas(off, compare, swap),
-            AtomicOp::FetchAdd { add } => m.umem.atomic_fadd(off, add),
-        }
-        .map_err(|_| MemError::Bounds)
+        m.mem.atomic(off, op).map_err(|_| MemError::Bounds)
     }
 
     /// Loopback packets join the delivery's queue ([`Emit::Congested`] from its high mark on:

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Memory regions over user memory.
 
-use super::{device::Rrxe, dp::MrInner, errno, pd::RrxePd};
+use super::{
+    device::Rrxe,
+    dp::{MrInner, MrMem},
+    errno,
+    pd::RrxePd,
+};
 use crate::ib::{
     device::Device,
+    kmem::KernelVirt,
     objects::{MrArgs, MrKeys, Umem},
     udata::Udata,
 };
@@ -40,9 +46,35 @@ pub(super) fn reg_user(
         access: args.access,
         iova: args.iova,
         length: args.length,
-        umem,
+        mem: MrMem::User(umem),
     };
     let r = Arc::new(inner, GFP_KERNEL_ACCOUNT)
+        .map_err(Error::from)
+        .and_then(|a| data.fabric.mrs.insert(index, a));
+    if let Err(e) = r {
+        data.free_mr_index(index);
+        return Err(e);
+    }
+    Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
+}
+
+/// `get_dma_mr`: an MR over the kernel's memory for a kernel consumer (addresses are kernel
+/// virtual addresses under virt-DMA). ib_core calls it from `ib_alloc_pd` for the PD's
+/// `local_dma_lkey`, and with remote rights only for `IB_PD_UNSAFE_GLOBAL_RKEY`.
+pub(super) fn get_dma(dev: &Device<Rrxe>, pd: &RrxePd, access: u32) -> Result<(RrxeMr, MrKeys)> {
+    mr::check_mr_access(access).map_err(errno)?;
+    let data = dev.data();
+    let (index, key_byte) = data.alloc_mr_index()?;
+    let lkey = idalloc::make_key(index, key_byte);
+    let inner = MrInner {
+        key: lkey,
+        pd: pd as *const RrxePd as usize,
+        access,
+        iova: 0,
+        length: u64::MAX,
+        mem: MrMem::Kernel(KernelVirt),
+    };
+    let r = Arc::new(inner, GFP_KERNEL)
         .map_err(Error::from)
         .and_then(|a| data.fabric.mrs.insert(index, a));
     if let Err(e) = r {

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::ib::{
     device::Device,
+    kverbs::KSendWr,
     objects::{AddressVector, QpInit, QpLinks, QpSnapshot},
     ring::SharedRing,
     udata::Udata,
@@ -22,8 +23,11 @@ use crate::logic::{
     qp_attr::{self, DeviceLimits, MigState, ModifyRequest, PortInfo, QpCap},
     qp_state::{AttrMask, QpCurrent, QpState, QpType},
 };
-use crate::uapi;
+use crate::uapi::{self, Sge};
 use core::mem::offset_of;
+
+/// The GSI QP's number (IBTA: QP1 on every port).
+const GSI_QPN: u32 = 1;
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The modifiable attributes of a QP, guarded by its lock.
@@ -99,13 +103,18 @@ fn engine_config(
     a: &QpAttrs,
     port_mtu: IbMtu,
 ) -> tp::Config {
-    let mtu = if qp_type == QpType::Ud {
+    let mtu = if qp_type.is_datagram() {
         port_mtu
     } else {
         a.path_mtu
     };
     tp::Config {
-        qp_type,
+        // GSI is a UD QP to the transport (QP1, Q_Key 0x80010000 set by ib_mad).
+        qp_type: if qp_type == QpType::Gsi {
+            QpType::Ud
+        } else {
+            qp_type
+        },
         qpn,
         dest_qpn: a.dest_qp_num,
         mtu: mtu.bytes(),
@@ -133,17 +142,19 @@ fn engine_config(
     }
 }
 
-/// A work-queue ring with `wr` slots of `slot_size` bytes.
+/// A work-queue ring with `wr` slots of `slot_size` bytes, shared with the user context of
+/// `udata`, or for a kernel consumer without.
 pub(super) fn new_wq(
-    udata: &Udata,
+    udata: Option<&Udata>,
     wr: u32,
     slot_size: usize,
 ) -> Result<(SharedRing, uapi::RingInfo)> {
     let slots = wr.max(1).checked_next_power_of_two().ok_or(EINVAL)?;
-    let ring = SharedRing::new(
-        udata,
-        uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE),
-    )?;
+    let bytes = uapi::ring_bytes(slots, slot_size, kernel::page::PAGE_SIZE);
+    let ring = match udata {
+        Some(u) => SharedRing::new(u, bytes)?,
+        None => SharedRing::new_kernel(bytes)?,
+    };
     ring.store_release(
         offset_of!(uapi::RingHeader, log2_slots),
         slots.trailing_zeros(),
@@ -186,7 +197,10 @@ pub(super) fn create(
     }
     let qp_type = match QpType::from_raw(init.qp_type) {
         Some(t @ (QpType::Rc | QpType::Uc | QpType::Ud)) => t,
-        // GSI (rdma_cm over ib_cm), SMI, XRC and raw packet QPs are not implemented.
+        // QP1 of the port, which ib_mad creates for the MADs of ib_cm / rdma_cm (a kernel
+        // consumer only: uverbs never asks for it).
+        Some(QpType::Gsi) if udata.is_none() => QpType::Gsi,
+        // SMI (no subnet management on RoCE), XRC and raw packet QPs are not implemented.
         Some(_) => return Err(crate::ib::eopnotsupp()),
         None => return Err(EINVAL),
     };
@@ -202,22 +216,22 @@ pub(super) fn create(
         init.cap.max_recv_sge = 0;
     }
     let attrs = KBox::pin_init(new_mutex!(QpAttrs::reset(), "rrxe:qp"), GFP_KERNEL_ACCOUNT)?;
-    let (mut sq, mut rq) = (None, None);
+    let mut resp = uapi::CreateQpResp::default();
+    let c = &init.cap;
+    let (ring, info) = new_wq(
+        udata,
+        c.max_send_wr,
+        uapi::send_slot_size(c.max_send_sge, c.max_inline_data),
+    )?;
+    let sq = Some((ring, info.slots, info.slot_size as usize));
+    resp.sq = info;
+    let mut rq = None;
+    if !init.has_srq {
+        let (ring, info) = new_wq(udata, c.max_recv_wr, uapi::recv_slot_size(c.max_recv_sge))?;
+        rq = Some((ring, info.slots, info.slot_size as usize));
+        resp.rq = info;
+    }
     if let Some(u) = udata {
-        let mut resp = uapi::CreateQpResp::default();
-        let c = &init.cap;
-        let (ring, info) = new_wq(
-            u,
-            c.max_send_wr,
-            uapi::send_slot_size(c.max_send_sge, c.max_inline_data),
-        )?;
-        sq = Some((ring, info.slots, info.slot_size as usize));
-        resp.sq = info;
-        if !init.has_srq {
-            let (ring, info) = new_wq(u, c.max_recv_wr, uapi::recv_slot_size(c.max_recv_sge))?;
-            rq = Some((ring, info.slots, info.slot_size as usize));
-            resp.rq = info;
-        }
         u.respond(&resp)?;
     }
     // The engine's private copy of the SQ has the ring's geometry.
@@ -229,7 +243,13 @@ pub(super) fn create(
     let srq_sge = srq.as_ref().map_or(0, |s| s.max_sge);
     let data = dev.data();
     data.quota.qp.take(lim::MAX_QP)?;
-    let qpn = match data.alloc_qpn() {
+    let qpn = match qp_type {
+        // The GSI QP is always QP1 (reserved in the QPN allocator); the QP table refuses a
+        // second one.
+        QpType::Gsi => Ok(GSI_QPN),
+        _ => data.alloc_qpn(),
+    };
+    let qpn = match qpn {
         Ok(n) => n,
         Err(e) => {
             RrxeDev::release(&data.quota.qp);
@@ -237,9 +257,17 @@ pub(super) fn create(
         }
     };
     let release = kernel::types::ScopeGuard::new(|| {
-        data.free_qpn(qpn);
+        if qpn != GSI_QPN {
+            data.free_qpn(qpn);
+        }
         RrxeDev::release(&data.quota.qp);
     });
+    if qp_type == QpType::Gsi {
+        // MADs arrive from the wire before any user path opens the socket: open it now. It
+        // can be refused (another RoCE driver holds UDP 4791 in this namespace); the MAD layer
+        // then works on loopback only, as any user QP would.
+        let _ = data.fabric.open_wire();
+    }
     let cfg = engine_config(
         qpn,
         qp_type,
@@ -491,6 +519,31 @@ pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
     // RCU grace period).
     qp.inner.shutdown();
     drop(dev.data().fabric.qps.remove_sync(qp.qpn));
-    dev.data().free_qpn(qp.qpn);
+    if qp.qpn != GSI_QPN {
+        dev.data().free_qpn(qp.qpn);
+    }
     RrxeDev::release(&dev.data().quota.qp);
+}
+
+/// A kernel consumer's send WR: checked against the QP's caps, then queued (the doorbell
+/// follows the list).
+pub(super) fn post_send_kernel(qp: &RrxeQp, wr: &KSendWr<'_, Rrxe>) -> Result {
+    let mut w = wr.wqe;
+    if w.num_sge > qp.cap.max_send_sge || w.inline_len > qp.cap.max_inline_data {
+        return Err(EINVAL);
+    }
+    match wr.ah {
+        Some(ah) => w.ah_num = ah.num(),
+        None if qp.qp_type.is_datagram() => return Err(EINVAL),
+        None => {}
+    }
+    qp.inner.post_kernel_send(&w, wr.sges, wr.inline)
+}
+
+/// A kernel consumer's receive WR.
+pub(super) fn post_recv_kernel(qp: &RrxeQp, wr_id: u64, sges: &[Sge]) -> Result {
+    if qp.has_srq {
+        return Err(EINVAL);
+    }
+    qp.inner.post_kernel_recv(wr_id, sges)
 }

@@ -29,9 +29,11 @@ pub(super) fn create(
     udata: Option<&Udata>,
     ev: SrqRef,
 ) -> Result<RrxeSrq> {
-    // Kernel SRQs would need a kernel post_srq_recv: not supported.
-    let u = udata.ok_or_else(crate::ib::eopnotsupp)?;
-    u.expect_no_cmd()?;
+    // A kernel SRQ has the same ring, in kernel memory (its consumer posts through
+    // `post_srq_recv`).
+    if let Some(u) = udata {
+        u.expect_no_cmd()?;
+    }
     if attr.max_wr == 0
         || attr.max_wr > lim::MAX_SRQ_WR
         || attr.max_sge == 0
@@ -42,8 +44,10 @@ pub(super) fn create(
     if attr.srq_limit > attr.max_wr {
         return Err(EINVAL);
     }
-    let (ring, info) = new_wq(u, attr.max_wr, uapi::recv_slot_size(attr.max_sge))?;
-    u.respond(&uapi::CreateSrqResp { rq: info })?;
+    let (ring, info) = new_wq(udata, attr.max_wr, uapi::recv_slot_size(attr.max_sge))?;
+    if let Some(u) = udata {
+        u.respond(&uapi::CreateSrqResp { rq: info })?;
+    }
     let data = dev.data();
     data.quota.srq.take(lim::MAX_SRQ)?;
     let inner = match Arc::pin_init(

@@ -28,6 +28,9 @@ mod wqe;
 
 pub use self::responder::Resource;
 pub use self::wqe::{decode_send_wqe, RecvWr};
+// The kernel-consumer encoders: used by the verbs shell (rrxe.ko), not by rrxe_selftest.ko.
+#[allow(unused_imports)]
+pub use self::wqe::{encode_recv_wqe, encode_send_wqe, encode_sge};
 pub use crate::logic::stats::{Counters, Stat};
 use crate::logic::{
     opcode::{self, Transport},
@@ -775,6 +778,30 @@ pub fn encode_cqe(c: &Cqe) -> [u8; crate::uapi::CQE_SIZE] {
     put(offset_of!(Cqe, sl), &[c.sl]);
     put(offset_of!(Cqe, dlid_path_bits), &[c.dlid_path_bits]);
     b
+}
+
+/// Decodes a completion written by [`encode_cqe`] (a kernel consumer's `poll_cq`).
+pub fn decode_cqe(b: &[u8; crate::uapi::CQE_SIZE]) -> Cqe {
+    let u32_at = |off: usize| u32::from_ne_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
+    let u16_at = |off: usize| u16::from_ne_bytes([b[off], b[off + 1]]);
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[offset_of!(Cqe, wr_id)..offset_of!(Cqe, wr_id) + 8]);
+    Cqe {
+        wr_id: u64::from_ne_bytes(w),
+        status: u32_at(offset_of!(Cqe, status)),
+        opcode: u32_at(offset_of!(Cqe, opcode)),
+        vendor_err: u32_at(offset_of!(Cqe, vendor_err)),
+        byte_len: u32_at(offset_of!(Cqe, byte_len)),
+        imm_data: u32_at(offset_of!(Cqe, imm_data)),
+        qp_num: u32_at(offset_of!(Cqe, qp_num)),
+        src_qp: u32_at(offset_of!(Cqe, src_qp)),
+        wc_flags: u32_at(offset_of!(Cqe, wc_flags)),
+        pkey_index: u16_at(offset_of!(Cqe, pkey_index)),
+        slid: u16_at(offset_of!(Cqe, slid)),
+        sl: b[offset_of!(Cqe, sl)],
+        dlid_path_bits: b[offset_of!(Cqe, dlid_path_bits)],
+        reserved: [0; 18],
+    }
 }
 
 /// The 40-byte GRH of a RoCEv2 packet from `sgid` to `dgid` carrying `roce_len` bytes of UDP

@@ -97,6 +97,55 @@ pub fn decode_send_wqe(slot: &[u8]) -> Option<SendWqe> {
     })
 }
 
+fn wr_u32(b: &mut [u8], off: usize, v: u32) {
+    if let Some(d) = b.get_mut(off..off + 4) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+fn wr_u64(b: &mut [u8], off: usize, v: u64) {
+    if let Some(d) = b.get_mut(off..off + 8) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// Encodes the fixed part of a send slot (the inverse of [`decode_send_wqe`]; used for kernel
+/// consumers' WRs, which the kernel writes into its own rings).
+pub fn encode_send_wqe(w: &SendWqe) -> [u8; size_of::<SendWqe>()] {
+    let mut b = [0u8; size_of::<SendWqe>()];
+    wr_u64(&mut b, offset_of!(SendWqe, wr_id), w.wr_id);
+    wr_u32(&mut b, offset_of!(SendWqe, opcode), w.opcode);
+    wr_u32(&mut b, offset_of!(SendWqe, send_flags), w.send_flags);
+    wr_u32(&mut b, offset_of!(SendWqe, imm_data), w.imm_data);
+    wr_u32(&mut b, offset_of!(SendWqe, num_sge), w.num_sge);
+    wr_u32(&mut b, offset_of!(SendWqe, inline_len), w.inline_len);
+    wr_u32(&mut b, offset_of!(SendWqe, ah_num), w.ah_num);
+    wr_u64(&mut b, offset_of!(SendWqe, remote_addr), w.remote_addr);
+    wr_u32(&mut b, offset_of!(SendWqe, rkey), w.rkey);
+    wr_u32(&mut b, offset_of!(SendWqe, remote_qpn), w.remote_qpn);
+    wr_u64(&mut b, offset_of!(SendWqe, compare_add), w.compare_add);
+    wr_u64(&mut b, offset_of!(SendWqe, swap), w.swap);
+    wr_u32(&mut b, offset_of!(SendWqe, remote_qkey), w.remote_qkey);
+    b
+}
+
+/// Encodes one SGE as slots carry it.
+pub fn encode_sge(s: &Sge) -> [u8; size_of::<Sge>()] {
+    let mut b = [0u8; size_of::<Sge>()];
+    wr_u64(&mut b, 0, s.addr);
+    wr_u32(&mut b, 8, s.length);
+    wr_u32(&mut b, 12, s.lkey);
+    b
+}
+
+/// Encodes the fixed part of a receive slot (the inverse of [`RecvWr::decode`]'s header).
+pub fn encode_recv_wqe(wr_id: u64, num_sge: u32) -> [u8; size_of::<RecvWqe>()] {
+    let mut b = [0u8; size_of::<RecvWqe>()];
+    wr_u64(&mut b, 0, wr_id);
+    wr_u32(&mut b, 8, num_sge);
+    b
+}
+
 /// A send WR's data source: inline bytes or an SGE list, both inside the private slot.
 pub(super) enum Source<'a> {
     Inline(&'a [u8]),

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Kernel verbs: the work-request lists, completion polling and DMA MR that kernel consumers
+//! use (ib_mad's GSI QP, ib_cm and rdma_cm, and the storage ULPs on top of them).
+//!
+//! A kernel QP, CQ or SRQ has the same rings as a user one ([`super::ring::SharedRing`] with
+//! kernel backing), so the data path does not know who posted: these trampolines turn ib_core's
+//! `ib_send_wr` / `ib_recv_wr` chains into ring slots through the driver and read completions
+//! back as `ib_wc`. Addresses in kernel SGEs are kernel virtual addresses (virt-DMA, see
+//! [`super::kmem`]).
+
+use super::bindings as b;
+use super::device::IbDriver;
+use super::kmem::KernelVirt;
+use super::objects::{dev, AhObj, CqObj, MrKeys, MrObj, PdObj, QpObj, SrqObj};
+use crate::logic::limits as lim;
+use crate::uapi::{self, wr_opcode, SendWqe, Sge};
+use core::{mem::MaybeUninit, ptr};
+use kernel::{prelude::*, types::Opaque};
+
+/// One send work request of a kernel consumer, checked for form (opcode, flags, SGE count,
+/// inline size) but not yet against the QP's caps, which the driver applies.
+pub(crate) struct KSendWr<'a, T: IbDriver> {
+    /// The WQE header as a user slot would carry it (`num_sge` / `inline_len` filled).
+    pub(crate) wqe: SendWqe,
+    /// The gather list (empty with inline data).
+    pub(crate) sges: &'a [Sge],
+    /// The inline payload, already copied out of the consumer's buffers.
+    pub(crate) inline: &'a [u8],
+    /// UD and GSI: the address handle.
+    pub(crate) ah: Option<&'a T::Ah>,
+}
+
+/// The `ib_qp` a completion belongs to, as the data path knows it (from the QP's event
+/// reference): only this layer can make or read one.
+#[derive(Clone, Copy)]
+pub(crate) struct QpHandle(pub(super) *mut b::ib_qp);
+
+impl Default for QpHandle {
+    fn default() -> Self {
+        QpHandle(ptr::null_mut())
+    }
+}
+
+/// A completion for a kernel consumer, in libibverbs' numbering (the same values as ib_core's
+/// `ib_wc_status` and `ib_wc_opcode`; flags are converted here).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Wc {
+    pub(crate) cqe: uapi::Cqe,
+    pub(crate) qp: QpHandle,
+}
+
+/// Installs the kernel-consumer ops.
+pub(super) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
+    ops.post_recv = Some(post_recv::<T>);
+    ops.post_srq_recv = Some(post_srq_recv::<T>);
+    ops.poll_cq = Some(poll_cq::<T>);
+    ops.get_dma_mr = Some(get_dma_mr::<T>);
+}
+
+const SEND_FLAGS: u32 = uapi::send_flags::FENCE
+    | uapi::send_flags::SIGNALED
+    | uapi::send_flags::SOLICITED
+    | uapi::send_flags::INLINE;
+
+/// Copies the SGE list of a WR (`num_sge` entries at `list`). `EINVAL` for a negative or too
+/// large count.
+///
+/// # Safety
+///
+/// `list` must point to `num_sge` valid `ib_sge`s when `num_sge > 0`.
+unsafe fn sges<'a>(
+    list: *const b::ib_sge,
+    num_sge: i32,
+    buf: &'a mut [Sge; lim::MAX_SGE as usize],
+) -> Result<&'a [Sge]> {
+    let n = usize::try_from(num_sge).map_err(|_| EINVAL)?;
+    if n > buf.len() {
+        return Err(EINVAL);
+    }
+    for (i, s) in buf.iter_mut().take(n).enumerate() {
+        // SAFETY: `i < num_sge` entries are valid per the contract above.
+        let e = unsafe { &*list.add(i) };
+        *s = Sge {
+            addr: e.addr,
+            length: e.length,
+            lkey: e.lkey,
+        };
+    }
+    Ok(&buf[..n])
+}
+
+/// Reads one `ib_send_wr` (and the typed WR around it) into a [`KSendWr`].
+///
+/// # Safety
+///
+/// `w` must be a valid WR of a consumer of `qp`, embedded in the typed WR its opcode and the
+/// QP type imply (`ib_rdma_wr`, `ib_atomic_wr`, `ib_ud_wr`), with a valid SGE list and, for UD,
+/// a live AH of ours.
+unsafe fn read_send_wr<'a, T: IbDriver>(
+    w: *const b::ib_send_wr,
+    ud: bool,
+    sge_buf: &'a mut [Sge; lim::MAX_SGE as usize],
+    inline_buf: &'a mut [u8; lim::MAX_INLINE_DATA as usize],
+) -> Result<KSendWr<'a, T>> {
+    // SAFETY: per the contract above.
+    let wr = unsafe { &*w };
+    let opcode = match wr.opcode {
+        b::ib_wr_opcode_IB_WR_RDMA_WRITE => wr_opcode::RDMA_WRITE,
+        b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => wr_opcode::RDMA_WRITE_WITH_IMM,
+        b::ib_wr_opcode_IB_WR_SEND => wr_opcode::SEND,
+        b::ib_wr_opcode_IB_WR_SEND_WITH_IMM => wr_opcode::SEND_WITH_IMM,
+        b::ib_wr_opcode_IB_WR_RDMA_READ => wr_opcode::RDMA_READ,
+        b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => wr_opcode::ATOMIC_CMP_AND_SWP,
+        b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => wr_opcode::ATOMIC_FETCH_AND_ADD,
+        // Memory-management extensions (REG_MR, LOCAL_INV, SEND_WITH_INV), masked atomics,
+        // LSO: not offered (query_device does not advertise them).
+        _ => return Err(super::eopnotsupp()),
+    };
+    let flags = wr.send_flags as u32;
+    if flags & !SEND_FLAGS != 0 {
+        return Err(EINVAL);
+    }
+    // SAFETY: the SGE list is valid per the contract above.
+    let list = unsafe { sges(wr.sg_list, wr.num_sge, sge_buf)? };
+    let mut wqe = SendWqe {
+        // SAFETY: `wr_id` and `wr_cqe` share the union's 64 bits; either is carried as is.
+        wr_id: wr.__bindgen_anon_1.bindgen_union_field,
+        opcode,
+        send_flags: flags,
+        // SAFETY: `imm_data` / `invalidate_rkey` share the union's 32 bits.
+        imm_data: wr.ex.bindgen_union_field,
+        num_sge: list.len() as u32,
+        ..SendWqe::default()
+    };
+    let mut ah = None;
+    match opcode {
+        wr_opcode::RDMA_WRITE | wr_opcode::RDMA_WRITE_WITH_IMM | wr_opcode::RDMA_READ => {
+            // SAFETY: RDMA opcodes come in an `ib_rdma_wr` whose first field is `wr`.
+            let r = unsafe { &*w.cast::<b::ib_rdma_wr>() };
+            wqe.remote_addr = r.remote_addr;
+            wqe.rkey = r.rkey;
+        }
+        wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD => {
+            // SAFETY: atomic opcodes come in an `ib_atomic_wr` whose first field is `wr`.
+            let a = unsafe { &*w.cast::<b::ib_atomic_wr>() };
+            wqe.remote_addr = a.remote_addr;
+            wqe.rkey = a.rkey;
+            wqe.compare_add = a.compare_add;
+            wqe.swap = a.swap;
+        }
+        _ if ud => {
+            // SAFETY: sends on a UD or GSI QP come in an `ib_ud_wr` whose first field is `wr`.
+            let u = unsafe { &*w.cast::<b::ib_ud_wr>() };
+            if u.ah.is_null() {
+                return Err(EINVAL);
+            }
+            wqe.remote_qpn = u.remote_qpn;
+            wqe.remote_qkey = u.remote_qkey;
+            // SAFETY: a non-NULL AH of a WR posted to our QP is a live AH of ours.
+            ah = Some(unsafe { AhObj::<T>::data(u.ah) });
+        }
+        _ => {}
+    }
+    let mut inline: &[u8] = &[];
+    if flags & uapi::send_flags::INLINE != 0 {
+        let mut len = 0usize;
+        for s in list {
+            let n = s.length as usize;
+            let end = len.checked_add(n).ok_or(EINVAL)?;
+            let dst = inline_buf.get_mut(len..end).ok_or(EINVAL)?;
+            KernelVirt.read(s.addr, dst)?;
+            len = end;
+        }
+        wqe.num_sge = 0;
+        wqe.inline_len = len as u32;
+        inline = &inline_buf[..len];
+    }
+    Ok(KSendWr {
+        wqe,
+        sges: if flags & uapi::send_flags::INLINE != 0 {
+            &[]
+        } else {
+            list
+        },
+        inline,
+        ah,
+    })
+}
+
+/// `post_send` with a kernel consumer's list: each WR is queued in turn; the first one refused
+/// is reported in `bad_wr` with its errno, and what was queued before it is processed.
+///
+/// # Safety
+///
+/// `qp` is a live QP of ours and `wr` a valid `ib_send_wr` chain of its kernel consumer.
+pub(super) unsafe fn post_send<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    wr: *const b::ib_send_wr,
+    bad_wr: *mut *const b::ib_send_wr,
+) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data, qp_type) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), (*qp).qp_type) };
+    let ud = qp_type == b::ib_qp_type_IB_QPT_UD || qp_type == b::ib_qp_type_IB_QPT_GSI;
+    let mut sge_buf = [Sge::default(); lim::MAX_SGE as usize];
+    let mut inline_buf = [0u8; lim::MAX_INLINE_DATA as usize];
+    let mut cur = wr;
+    let mut posted = 0u32;
+    let mut err = 0;
+    while !cur.is_null() {
+        // SAFETY: `cur` is an element of the caller's valid chain.
+        let r = unsafe { read_send_wr::<T>(cur, ud, &mut sge_buf, &mut inline_buf) }
+            .and_then(|k| T::post_send_kernel(d, data, &k));
+        if let Err(e) = r {
+            if !bad_wr.is_null() {
+                // SAFETY: the caller passes a writable `bad_wr` slot.
+                unsafe { *bad_wr = cur };
+            }
+            err = e.to_errno();
+            break;
+        }
+        posted += 1;
+        // SAFETY: as above.
+        cur = unsafe { (*cur).next };
+    }
+    if posted > 0 {
+        T::kernel_doorbell(d, data);
+    }
+    err
+}
+
+/// Walks an `ib_recv_wr` chain, handing each WR to `post`; the first refusal lands in `bad_wr`.
+///
+/// # Safety
+///
+/// `wr` is a valid `ib_recv_wr` chain; `bad_wr` NULL or writable.
+unsafe fn walk_recv(
+    wr: *const b::ib_recv_wr,
+    bad_wr: *mut *const b::ib_recv_wr,
+    mut post: impl FnMut(u64, &[Sge]) -> Result,
+) -> i32 {
+    let mut sge_buf = [Sge::default(); lim::MAX_SGE as usize];
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is an element of the caller's valid chain with a valid SGE list.
+        let r = unsafe {
+            let w = &*cur;
+            sges(w.sg_list, w.num_sge, &mut sge_buf)
+                .and_then(|l| post(w.__bindgen_anon_1.bindgen_union_field, l))
+        };
+        if let Err(e) = r {
+            if !bad_wr.is_null() {
+                // SAFETY: the caller passes a writable `bad_wr` slot.
+                unsafe { *bad_wr = cur };
+            }
+            return e.to_errno();
+        }
+        // SAFETY: as above.
+        cur = unsafe { (*cur).next };
+    }
+    0
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a valid chain of its kernel consumer.
+unsafe extern "C" fn post_recv<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    wr: *const b::ib_recv_wr,
+    bad_wr: *mut *const b::ib_recv_wr,
+) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
+    // SAFETY: per the contract above.
+    unsafe { walk_recv(wr, bad_wr, |id, l| T::post_recv_kernel(d, data, id, l)) }
+}
+
+/// # Safety
+///
+/// ib_core passes a live SRQ of ours and a valid chain of its kernel consumer.
+unsafe extern "C" fn post_srq_recv<T: IbDriver>(
+    srq: *mut b::ib_srq,
+    wr: *const b::ib_recv_wr,
+    bad_wr: *mut *const b::ib_recv_wr,
+) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*srq).device), SrqObj::<T>::data(srq)) };
+    // SAFETY: per the contract above.
+    unsafe { walk_recv(wr, bad_wr, |id, l| T::post_srq_recv_kernel(d, data, id, l)) }
+}
+
+/// `IBV_WC_*` flags of a [`uapi::Cqe`] as ib_core's `IB_WC_*` bits.
+fn wc_flags(f: u32) -> i32 {
+    let mut out = 0;
+    if f & uapi::wc_flags::GRH != 0 {
+        out |= b::ib_wc_flags_IB_WC_GRH;
+    }
+    if f & uapi::wc_flags::WITH_IMM != 0 {
+        out |= b::ib_wc_flags_IB_WC_WITH_IMM;
+    }
+    out as i32
+}
+
+/// # Safety
+///
+/// ib_core passes a live CQ of ours and room for `num_entries` completions at `wc`.
+unsafe extern "C" fn poll_cq<T: IbDriver>(cq: *mut b::ib_cq, num_entries: i32, wc: *mut b::ib_wc) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
+    let want = usize::try_from(num_entries).unwrap_or(0);
+    let mut buf = [Wc::default(); 8];
+    let mut done = 0usize;
+    while done < want {
+        let n = (want - done).min(buf.len());
+        let got = T::poll_cq(d, data, &mut buf[..n]);
+        for (i, w) in buf[..got].iter().enumerate() {
+            let c = &w.cqe;
+            let mut out = b::ib_wc::default();
+            out.__bindgen_anon_1.bindgen_union_field = c.wr_id;
+            out.status = c.status;
+            out.opcode = c.opcode;
+            out.vendor_err = c.vendor_err;
+            out.byte_len = c.byte_len;
+            out.qp = w.qp.0;
+            out.ex.bindgen_union_field = c.imm_data;
+            out.src_qp = c.src_qp;
+            out.slid = u32::from(c.slid);
+            out.wc_flags = wc_flags(c.wc_flags);
+            out.pkey_index = c.pkey_index;
+            out.sl = c.sl;
+            out.dlid_path_bits = c.dlid_path_bits;
+            out.port_num = 1;
+            // SAFETY: `done + i < num_entries`: inside the caller's array.
+            unsafe { ptr::write(wc.add(done + i), out) };
+        }
+        done += got;
+        if got < n {
+            break;
+        }
+    }
+    done as i32
+}
+
+/// `get_dma_mr`: an MR over all kernel memory for a kernel consumer (ib_core makes the PD's
+/// `local_dma_lkey` from it).
+///
+/// # Safety
+///
+/// ib_core passes a live PD of ours (kernel callers only).
+unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> *mut b::ib_mr {
+    let r = (|| -> Result<*mut b::ib_mr> {
+        // SAFETY: per the contract above.
+        let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
+        let obj = KBox::new(
+            MrObj::<T> {
+                ib: Opaque::uninit(),
+                data: MaybeUninit::uninit(),
+            },
+            GFP_KERNEL,
+        )?;
+        let (data, keys): (T::Mr, MrKeys) = T::get_dma_mr(d, pdd, access as u32)?;
+        let raw = KBox::into_raw(obj);
+        // SAFETY: `raw` is a fresh allocation whose data is uninitialised (written once here);
+        // ib_core fills `device`, `pd` and `type` after we return.
+        unsafe {
+            (*raw).data.write(data);
+            let mr = (*raw).ib.get();
+            ptr::write_bytes(mr, 0, 1);
+            (*mr).lkey = keys.lkey;
+            (*mr).rkey = keys.rkey;
+            Ok(mr)
+        }
+    })();
+    match r {
+        Ok(p) => p,
+        // ERR_PTR(): the negative errno as a pointer.
+        Err(e) => e.to_errno() as isize as *mut b::ib_mr,
+    }
+}
