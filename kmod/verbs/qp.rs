@@ -266,7 +266,12 @@ pub(super) fn create(
         // MADs arrive from the wire before any user path opens the socket: open it now. It
         // can be refused (another RoCE driver holds UDP 4791 in this namespace); the MAD layer
         // then works on loopback only, as any user QP would.
-        let _ = data.fabric.open_wire();
+        if let Err(e) = data.fabric.open_wire() {
+            pr_info!(
+                "rrxe: no RoCEv2 UDP socket in this namespace yet (errno {}; another RoCE driver may hold port 4791): loopback only until a path opens it\n",
+                e.to_errno()
+            );
+        }
     }
     let cfg = engine_config(
         qpn,

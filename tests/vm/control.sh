@@ -25,7 +25,7 @@ slab_slack=${RRXE_TEST_SLAB_SLACK:-524288}
 # --- the device
 if [ ! -e "/sys/class/infiniband/$dev" ]; then
   case "$dev" in
-    rxe*) modprobe crc32_generic 2>/dev/null
+    rxe*) rxe_first
           rdma link add "$dev" type rxe netdev "${RRXE_TEST_NETDEV:-veth1}" ;;
     *)    modprobe rrxe 2>/dev/null
           rdma link add "$dev" type rrxe netdev "${RRXE_TEST_NETDEV:-veth0}" ;;

@@ -58,7 +58,7 @@ check_fails "rxe_name_refused" "invalid|error" rdma link add rxe9 type rrxe netd
 check "no_device_left_by_refusals" bash -c "! ls /sys/class/infiniband | grep -qE 'rrxe1|rxe9'"
 
 # --- rdma_rxe side by side, each served by its own provider
-modprobe crc32_generic 2>/dev/null
+check "rdma_rxe_loaded_beside_rrxe" rxe_first
 check "rxe0_added_on_veth1" rdma link add rxe0 type rxe netdev veth1
 check "rxe0_served_by_librxe" bash -c "ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE"
 check "rrxe0_still_served_by_librrxe" bash -c "ibv_devinfo -d rrxe0 | grep -q 'vendor_id:.*0x525258'"

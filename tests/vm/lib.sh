@@ -19,3 +19,17 @@ summary() { echo "$PASSED passed, $FAILED failed"; exit "$FAILED"; }
 port_state() { ibv_devinfo -d "$1" 2>/dev/null | awk '/state:/ && !/phys/ {print $2; exit}'; }
 active_mtu() { ibv_devinfo -d "$1" 2>/dev/null | awk '/active_mtu:/ {print $2; exit}'; }
 export -f port_state active_mtu
+# rdma_rxe binds UDP 4791 in init_net when it loads, and an rrxe device binds it when its GSI QP
+# (QP1, for rdma_cm) is created: whichever comes first owns the port there. For rdma_rxe beside
+# rrxe devices in init_net, load rdma_rxe first: re-add the rrxe devices around it (they then
+# work on loopback only in init_net, which is all these suites use).
+rxe_first() {
+  grep -q '^rdma_rxe ' /proc/modules && return 0
+  modprobe crc32_generic 2>/dev/null
+  local links; links=$(rdma link show 2>/dev/null | awk '/netdev/ {split($2, a, "/"); for (i = 1; i <= NF; i++) if ($i == "netdev") print a[1], $(i + 1)}' | grep '^rrxe')
+  local l
+  while read -r l; do [ -n "$l" ] && rdma link delete "${l%% *}"; done <<< "$links"
+  modprobe rdma_rxe || return 1
+  while read -r l; do [ -n "$l" ] && rdma link add "${l%% *}" type rrxe netdev "${l##* }"; done <<< "$links"
+  return 0
+}

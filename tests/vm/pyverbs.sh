@@ -37,10 +37,10 @@ cp -r "$src" "$work/tests" && gunzip -f "$work"/tests/*.gz
 check "pyverbs.suite_present" test -f "$work/tests/base.py" -a -f "$work/tests/args_parser.py"
 
 for n in veth0 veth1; do sysctl -qw "net.ipv4.conf.$n.accept_local=1" 2>/dev/null; done
-# rdma_rxe first: it binds UDP 4791 at load; rrxe opens its socket only when a path needs the
-# wire, and every pyverbs test here talks from a device to itself.
+# rdma_rxe first (lib.sh rxe_first): it binds UDP 4791 at load; every pyverbs test here talks
+# from a device to itself, which needs no socket.
 if [ -n "$ref" ] && [ ! -e "/sys/class/infiniband/$ref" ]; then
-  modprobe rdma_rxe && rdma link add "$ref" type rxe netdev veth1
+  rxe_first && rdma link add "$ref" type rxe netdev veth1
 fi
 if [ ! -e "/sys/class/infiniband/$dut" ]; then
   modprobe rrxe && rdma link add "$dut" type rrxe netdev veth0
