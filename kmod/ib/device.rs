@@ -179,6 +179,12 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
 
     /// `get_dma_mr`: an MR over the kernel's memory (kernel consumers only, see `kmem`).
     fn get_dma_mr(dev: &Device<Self>, pd: &Self::Pd, access: u32) -> Result<(Self::Mr, MrKeys)>;
+    /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for `max_num_sg` pages.
+    fn alloc_mr(dev: &Device<Self>, pd: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)>;
+    /// `map_mr_sg` begins on a fast-registration MR, with pages of `page_size` bytes.
+    fn mr_map_begin(dev: &Device<Self>, mr: &Self::Mr, page_size: u32) -> Result;
+    /// One page (its kernel virtual address) of the `map_mr_sg` under way.
+    fn mr_map_page(dev: &Device<Self>, mr: &Self::Mr, addr: u64) -> Result;
     /// Queues one send WR of a kernel consumer (any context but hard IRQ); `ENOMEM` when the
     /// SQ is full.
     fn post_send_kernel(dev: &Device<Self>, qp: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result;

@@ -55,6 +55,8 @@ pub(super) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.post_srq_recv = Some(post_srq_recv::<T>);
     ops.poll_cq = Some(poll_cq::<T>);
     ops.get_dma_mr = Some(get_dma_mr::<T>);
+    ops.alloc_mr = Some(alloc_mr::<T>);
+    ops.map_mr_sg = Some(map_mr_sg::<T>);
 }
 
 const SEND_FLAGS: u32 = uapi::send_flags::FENCE
@@ -112,8 +114,11 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
         b::ib_wr_opcode_IB_WR_RDMA_READ => wr_opcode::RDMA_READ,
         b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => wr_opcode::ATOMIC_CMP_AND_SWP,
         b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => wr_opcode::ATOMIC_FETCH_AND_ADD,
-        // Memory-management extensions (REG_MR, LOCAL_INV, SEND_WITH_INV), masked atomics,
-        // LSO: not offered (query_device does not advertise them).
+        b::ib_wr_opcode_IB_WR_SEND_WITH_INV => wr_opcode::SEND_WITH_INV,
+        b::ib_wr_opcode_IB_WR_LOCAL_INV => wr_opcode::LOCAL_INV,
+        b::ib_wr_opcode_IB_WR_REG_MR => wr_opcode::REG_MR,
+        // Memory windows, masked atomics, READ with invalidate, LSO, FLUSH, ATOMIC_WRITE: not
+        // offered (query_device does not advertise them).
         _ => return Err(super::eopnotsupp()),
     };
     let flags = wr.send_flags as u32;
@@ -147,6 +152,22 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
             wqe.rkey = a.rkey;
             wqe.compare_add = a.compare_add;
             wqe.swap = a.swap;
+        }
+        wr_opcode::REG_MR => {
+            // SAFETY: REG_MR comes in an `ib_reg_wr` whose first field is `wr`; its MR is a
+            // live fast-registration MR of ours that the consumer mapped (`map_mr_sg`), whose
+            // `iova` and `length` ib_sg_to_pages set.
+            let r = unsafe { &*w.cast::<b::ib_reg_wr>() };
+            if r.mr.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: as above.
+            let (iova, length) = unsafe { ((*r.mr).iova, (*r.mr).length) };
+            wqe.rkey = r.key;
+            wqe.remote_addr = iova;
+            wqe.compare_add = length;
+            wqe.swap = u64::from(r.access as u32);
+            wqe.num_sge = 0;
         }
         _ if ud => {
             // SAFETY: sends on a UD or GSI QP come in an `ib_ud_wr` whose first field is `wr`.
@@ -297,6 +318,9 @@ fn wc_flags(f: u32) -> i32 {
     if f & uapi::wc_flags::WITH_IMM != 0 {
         out |= b::ib_wc_flags_IB_WC_WITH_IMM;
     }
+    if f & uapi::wc_flags::WITH_INV != 0 {
+        out |= b::ib_wc_flags_IB_WC_WITH_INVALIDATE;
+    }
     out as i32
 }
 
@@ -340,16 +364,11 @@ unsafe extern "C" fn poll_cq<T: IbDriver>(cq: *mut b::ib_cq, num_entries: i32, w
     done as i32
 }
 
-/// `get_dma_mr`: an MR over all kernel memory for a kernel consumer (ib_core makes the PD's
-/// `local_dma_lkey` from it).
-///
-/// # Safety
-///
-/// ib_core passes a live PD of ours (kernel callers only).
-unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> *mut b::ib_mr {
+/// Makes an MR object around driver data (ib_core fills `device`, `pd`, `type` after we return).
+fn new_mr<T: IbDriver>(
+    make: impl FnOnce() -> Result<(T::Mr, MrKeys)>,
+) -> *mut b::ib_mr {
     let r = (|| -> Result<*mut b::ib_mr> {
-        // SAFETY: per the contract above.
-        let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
         let obj = KBox::new(
             MrObj::<T> {
                 ib: Opaque::uninit(),
@@ -357,10 +376,10 @@ unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> 
             },
             GFP_KERNEL,
         )?;
-        let (data, keys): (T::Mr, MrKeys) = T::get_dma_mr(d, pdd, access as u32)?;
+        let (data, keys) = make()?;
         let raw = KBox::into_raw(obj);
         // SAFETY: `raw` is a fresh allocation whose data is uninitialised (written once here);
-        // ib_core fills `device`, `pd` and `type` after we return.
+        // a zeroed `ib_mr` is its initial state.
         unsafe {
             (*raw).data.write(data);
             let mr = (*raw).ib.get();
@@ -375,4 +394,70 @@ unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> 
         // ERR_PTR(): the negative errno as a pointer.
         Err(e) => e.to_errno() as isize as *mut b::ib_mr,
     }
+}
+
+/// `alloc_mr`: fast-registration MRs only.
+///
+/// # Safety
+///
+/// ib_core passes a live PD of ours (kernel callers only).
+unsafe extern "C" fn alloc_mr<T: IbDriver>(
+    pd: *mut b::ib_pd,
+    mr_type: b::ib_mr_type,
+    max_num_sg: u32,
+) -> *mut b::ib_mr {
+    if mr_type != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
+        return super::eopnotsupp().to_errno() as isize as *mut b::ib_mr;
+    }
+    // SAFETY: per the contract above.
+    let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
+    new_mr::<T>(|| T::alloc_mr(d, pdd, max_num_sg))
+}
+
+/// `ib_sg_to_pages` callback: one page of the mapping.
+///
+/// # Safety
+///
+/// Called by `ib_sg_to_pages` on the MR `map_mr_sg` passed, a live fast MR of ours.
+unsafe extern "C" fn set_page<T: IbDriver>(mr: *mut b::ib_mr, addr: u64) -> i32 {
+    // SAFETY: per the contract above; `MrObj` holds the data after the `ib_mr`.
+    let (d, data) = unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr)) };
+    match T::mr_map_page(d, data, addr) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `map_mr_sg`: ib_core's `ib_sg_to_pages` walks the list (setting `iova` and `length`) and
+/// hands each page to [`set_page`]. Returns the number of SG entries mapped.
+///
+/// # Safety
+///
+/// ib_core passes a live fast MR of ours, `sg_nents` valid entries and a valid or NULL offset.
+unsafe extern "C" fn map_mr_sg<T: IbDriver>(
+    mr: *mut b::ib_mr,
+    sg: *mut b::scatterlist,
+    sg_nents: i32,
+    sg_offset: *mut u32,
+) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data, page_size) =
+        unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr), (*mr).page_size) };
+    if let Err(e) = T::mr_map_begin(d, data, page_size) {
+        return e.to_errno();
+    }
+    // SAFETY: per the contract above; `set_page` matches the callback's contract.
+    unsafe { b::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(set_page::<T>)) }
+}
+
+/// `get_dma_mr`: an MR over all kernel memory for a kernel consumer (ib_core makes the PD's
+/// `local_dma_lkey` from it).
+///
+/// # Safety
+///
+/// ib_core passes a live PD of ours (kernel callers only).
+unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> *mut b::ib_mr {
+    // SAFETY: per the contract above.
+    let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
+    new_mr::<T>(|| T::get_dma_mr(d, pdd, access as u32))
 }

@@ -37,6 +37,8 @@ pub const MAX_SRQ_SGE: u32 = 32;
 pub const MAX_AH: u32 = 64 * 1024;
 /// Bytes of inline data a send WR may carry.
 pub const MAX_INLINE_DATA: u32 = 256;
+/// Pages of a fast-registration MR (`max_fast_reg_page_list_len`, rxe's value).
+pub const MAX_FAST_REG_PAGES: u32 = 512;
 /// Entries in the P_Key table.
 pub const PKEY_TBL_LEN: u16 = 1;
 /// The one P_Key: the default full-membership key.

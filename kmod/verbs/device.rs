@@ -391,6 +391,18 @@ impl IbDriver for Rrxe {
         mr::get_dma(dev, p, access)
     }
 
+    fn alloc_mr(dev: &Device<Self>, p: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)> {
+        mr::alloc_fast(dev, p, max_num_sg)
+    }
+
+    fn mr_map_begin(dev: &Device<Self>, m: &Self::Mr, page_size: u32) -> Result {
+        mr::map_begin(dev, m, page_size)
+    }
+
+    fn mr_map_page(dev: &Device<Self>, m: &Self::Mr, addr: u64) -> Result {
+        mr::map_page(dev, m, addr)
+    }
+
     fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result {
         qp::post_send_kernel(q, wr)
     }
@@ -439,8 +451,10 @@ impl IbDriver for Rrxe {
         attr.max_qp_wr = lim::MAX_QP_WR as i32;
         attr.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
             | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
-            | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN)
-            as u64;
+            | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
+            // Fast registration, local and remote invalidation (kernel consumers).
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS) as u64;
+        attr.max_fast_reg_page_list_len = lim::MAX_FAST_REG_PAGES;
         // Lets `rdma link delete` unregister the device.
         attr.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
         attr.max_send_sge = lim::MAX_SGE as i32;

@@ -171,6 +171,9 @@ pub(crate) struct MrInner {
     pub(crate) iova: u64,
     pub(crate) length: u64,
     pub(crate) mem: MrMem,
+    /// A fast-registration MR: its key, rights, range and pages live here instead (the fields
+    /// above are unused).
+    pub(crate) fast: Option<Pin<KBox<SpinLock<FastReg>>>>,
 }
 
 /// An address handle as the data path sees it.
@@ -1343,23 +1346,83 @@ pub(crate) struct Ctx<'a, 'o> {
     out: &'a mut Outbox<'o>,
 }
 
+/// A fast-registration MR's state (kernel consumers): staged by `map_mr_sg`, made valid by
+/// REG_MR and invalid by LOCAL_INV or a SEND with invalidate, all under its lock.
+pub(crate) struct FastReg {
+    pub(crate) valid: bool,
+    pub(crate) key: u32,
+    pub(crate) access: u32,
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    /// Page size of the mapping (a power of two).
+    pub(crate) page_size: u64,
+    /// Kernel virtual addresses of the mapped pages (`npages` used, capacity `max_pages`).
+    pub(crate) pages: KVVec<u64>,
+    pub(crate) npages: usize,
+    pub(crate) max_pages: usize,
+}
+
+impl FastReg {
+    /// Runs `f(kva, in_chunk_offset, n)` over the pages behind `len` bytes at MR offset `off`
+    /// (offsets from `iova`, checked by the caller).
+    fn chunks(&self, off: u64, len: usize, mut f: impl FnMut(u64, usize, usize) -> Result) -> Result {
+        let ps = self.page_size;
+        if ps == 0 || !ps.is_power_of_two() {
+            return Err(EFAULT);
+        }
+        let mut pos = (self.iova & (ps - 1)).checked_add(off).ok_or(EFAULT)?;
+        let mut done = 0usize;
+        while done < len {
+            let page = usize::try_from(pos / ps).map_err(|_| EFAULT)?;
+            let base = *self.pages.get(..self.npages).and_then(|p| p.get(page)).ok_or(EFAULT)?;
+            let in_page = pos % ps;
+            let n = ((ps - in_page) as usize).min(len - done);
+            f(base + in_page, done, n)?;
+            done += n;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    fn read(&self, off: u64, out: &mut [u8]) -> Result {
+        self.chunks(off, out.len(), |kva, at, n| KernelVirt.read(kva, &mut out[at..at + n]))
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result {
+        self.chunks(off, data.len(), |kva, at, n| KernelVirt.write(kva, &data[at..at + n]))
+    }
+
+    fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
+        let mut kva = None;
+        self.chunks(off, 8, |k, _, n| {
+            // An 8-byte aligned word never straddles a page.
+            if n != 8 {
+                return Err(EINVAL);
+            }
+            kva = Some(k);
+            Ok(())
+        })?;
+        MrMem::Kernel(KernelVirt).atomic(kva.ok_or(EINVAL)?, op)
+    }
+}
+
 impl Ctx<'_, '_> {
-    fn mr(
+    /// Looks up `key` for `len` bytes at `addr` with rights `acc` (PD, key, bounds, rights)
+    /// and runs `f` on the memory with the offset into the MR (under a fast MR's lock).
+    fn with_mr<R>(
         &self,
         key: u32,
         addr: u64,
         len: u64,
         acc: Access,
-    ) -> Result<(Arc<MrInner>, u64), MemError> {
+        f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
+    ) -> Result<R, MemError> {
         let m = self
             .qp
             .fabric
             .mrs
             .get(idalloc::key_index(key))
             .ok_or(MemError::BadKey)?;
-        if m.key != key {
-            return Err(MemError::BadKey);
-        }
         if m.pd != self.qp.pd {
             return Err(MemError::BadPd);
         }
@@ -1370,14 +1433,65 @@ impl Ctx<'_, '_> {
             Access::RemoteWrite => tp::access::REMOTE_WRITE,
             Access::RemoteAtomic => tp::access::REMOTE_ATOMIC,
         };
-        if m.access & need != need {
-            return Err(MemError::Access);
+        let bounds = |iova: u64, length: u64| -> Result<u64, MemError> {
+            let off = addr.checked_sub(iova).ok_or(MemError::Bounds)?;
+            if off.checked_add(len).map_or(true, |end| end > length) {
+                return Err(MemError::Bounds);
+            }
+            Ok(off)
+        };
+        match &m.fast {
+            None => {
+                if m.key != key {
+                    return Err(MemError::BadKey);
+                }
+                if m.access & need != need {
+                    return Err(MemError::Access);
+                }
+                let off = bounds(m.iova, m.length)?;
+                f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
+            }
+            Some(lock) => {
+                let st = lock.lock();
+                if !st.valid || st.key != key {
+                    return Err(MemError::BadKey);
+                }
+                if st.access & need != need {
+                    return Err(MemError::Access);
+                }
+                let off = bounds(st.iova, st.length)?;
+                f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
+            }
         }
-        let off = addr.checked_sub(m.iova).ok_or(MemError::Bounds)?;
-        if off.checked_add(len).map_or(true, |end| end > m.length) {
-            return Err(MemError::Bounds);
+    }
+}
+
+/// The memory of an MR as one access sees it.
+enum MrView<'a> {
+    Fixed(&'a MrMem),
+    Fast(&'a FastReg),
+}
+
+impl MrView<'_> {
+    fn read(&self, off: u64, out: &mut [u8]) -> Result {
+        match self {
+            MrView::Fixed(m) => m.read(off, out),
+            MrView::Fast(f) => f.read(off, out),
         }
-        Ok((m, off))
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result {
+        match self {
+            MrView::Fixed(m) => m.write(off, data),
+            MrView::Fast(f) => f.write(off, data),
+        }
+    }
+
+    fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
+        match self {
+            MrView::Fixed(m) => m.atomic(off, op),
+            MrView::Fast(f) => f.atomic(off, op),
+        }
     }
 }
 
@@ -1386,7 +1500,7 @@ impl Env for Ctx<'_, '_> {
         if len == 0 {
             return Ok(());
         }
-        self.mr(key, addr, len, acc).map(|_| ())
+        self.with_mr(key, addr, len, acc, |_, _| Ok(()))
     }
 
     fn mem_read(
@@ -1399,21 +1513,61 @@ impl Env for Ctx<'_, '_> {
         if out.is_empty() {
             return Ok(());
         }
-        let (m, off) = self.mr(key, addr, out.len() as u64, acc)?;
-        m.mem.read(off, out).map_err(|_| MemError::Bounds)
+        self.with_mr(key, addr, out.len() as u64, acc, |m, off| m.read(off, out))
     }
 
     fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError> {
         if data.is_empty() {
             return Ok(());
         }
-        let (m, off) = self.mr(key, addr, data.len() as u64, acc)?;
-        m.mem.write(off, data).map_err(|_| MemError::Bounds)
+        self.with_mr(key, addr, data.len() as u64, acc, |m, off| m.write(off, data))
     }
 
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let (m, off) = self.mr(key, addr, 8, Access::RemoteAtomic)?;
-        m.mem.atomic(off, op).map_err(|_| MemError::Bounds)
+        self.with_mr(key, addr, 8, Access::RemoteAtomic, |m, off| m.atomic(off, op))
+    }
+
+    fn mr_register(&mut self, key: u32, iova: u64, len: u64, access: u32) -> Result<(), u32> {
+        let m = self
+            .qp
+            .fabric
+            .mrs
+            .get(idalloc::key_index(key))
+            .filter(|m| m.pd == self.qp.pd)
+            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let lock = m.fast.as_ref().ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let mut st = lock.lock();
+        // The mapping must cover the range: pages from the one holding `iova`.
+        let ps = st.page_size;
+        let span = (iova & ps.wrapping_sub(1)).checked_add(len);
+        let room = (st.npages as u64).checked_mul(ps);
+        match (span, room) {
+            (Some(s), Some(r)) if ps.is_power_of_two() && s <= r => {}
+            _ => return Err(tp::wc_status::LOC_PROT_ERR),
+        }
+        st.key = key;
+        st.iova = iova;
+        st.length = len;
+        st.access = access;
+        st.valid = true;
+        Ok(())
+    }
+
+    fn mr_invalidate(&mut self, key: u32, _remote: bool) -> Result<(), u32> {
+        let m = self
+            .qp
+            .fabric
+            .mrs
+            .get(idalloc::key_index(key))
+            .filter(|m| m.pd == self.qp.pd)
+            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let lock = m.fast.as_ref().ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let mut st = lock.lock();
+        if st.key != key {
+            return Err(tp::wc_status::LOC_PROT_ERR);
+        }
+        st.valid = false;
+        Ok(())
     }
 
     /// Loopback packets join the delivery's queue ([`Emit::Congested`] from its high mark on:

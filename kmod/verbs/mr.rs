@@ -3,18 +3,19 @@
 
 use super::{
     device::Rrxe,
-    dp::{MrInner, MrMem},
+    dp::{FastReg, MrInner, MrMem},
     errno,
     pd::RrxePd,
 };
 use crate::ib::{
+    bh::with_bh_disabled,
     device::Device,
     kmem::KernelVirt,
     objects::{MrArgs, MrKeys, Umem},
     udata::Udata,
 };
 use crate::logic::{idalloc, limits as lim, mr};
-use kernel::{prelude::*, sync::Arc};
+use kernel::{new_spinlock, prelude::*, sync::Arc};
 
 /// A registered memory region: pinned pages plus the keys and rights that guard them, shared
 /// with the data path through the device's MR table.
@@ -47,6 +48,7 @@ pub(super) fn reg_user(
         iova: args.iova,
         length: args.length,
         mem: MrMem::User(umem),
+        fast: None,
     };
     let r = Arc::new(inner, GFP_KERNEL_ACCOUNT)
         .map_err(Error::from)
@@ -73,6 +75,7 @@ pub(super) fn get_dma(dev: &Device<Rrxe>, pd: &RrxePd, access: u32) -> Result<(R
         iova: 0,
         length: u64::MAX,
         mem: MrMem::Kernel(KernelVirt),
+        fast: None,
     };
     let r = Arc::new(inner, GFP_KERNEL)
         .map_err(Error::from)
@@ -89,4 +92,88 @@ pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
     // released when the last reference (ours) goes.
     drop(dev.data().fabric.mrs.remove_sync(region.index));
     dev.data().free_mr_index(region.index);
+}
+
+/// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for up to `max_num_sg` pages,
+/// invalid until a REG_MR work request makes it valid (kernel consumers only).
+pub(super) fn alloc_fast(
+    dev: &Device<Rrxe>,
+    pd: &RrxePd,
+    max_num_sg: u32,
+) -> Result<(RrxeMr, MrKeys)> {
+    if max_num_sg == 0 || max_num_sg > lim::MAX_FAST_REG_PAGES {
+        return Err(EINVAL);
+    }
+    let n = max_num_sg as usize;
+    let pages = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
+    let data = dev.data();
+    let (index, key_byte) = data.alloc_mr_index()?;
+    let key = idalloc::make_key(index, key_byte);
+    let r = (|| -> Result {
+        let fast = KBox::pin_init(
+            new_spinlock!(
+                FastReg {
+                    valid: false,
+                    key,
+                    access: 0,
+                    iova: 0,
+                    length: 0,
+                    page_size: kernel::page::PAGE_SIZE as u64,
+                    pages,
+                    npages: 0,
+                    max_pages: n,
+                },
+                "rrxe:frmr"
+            ),
+            GFP_KERNEL,
+        )?;
+        let inner = MrInner {
+            key,
+            pd: pd as *const RrxePd as usize,
+            access: 0,
+            iova: 0,
+            length: 0,
+            mem: MrMem::Kernel(KernelVirt),
+            fast: Some(fast),
+        };
+        data.fabric.mrs.insert(index, Arc::new(inner, GFP_KERNEL)?)
+    })();
+    if let Err(e) = r {
+        data.free_mr_index(index);
+        return Err(e);
+    }
+    Ok((RrxeMr { index }, MrKeys { lkey: key, rkey: key }))
+}
+
+/// `map_mr_sg` starts: the page list of fast MR `region` is emptied, with pages of
+/// `page_size` bytes to come.
+pub(super) fn map_begin(dev: &Device<Rrxe>, region: &RrxeMr, page_size: u32) -> Result {
+    if !page_size.is_power_of_two() || (page_size as usize) < kernel::page::PAGE_SIZE {
+        return Err(EINVAL);
+    }
+    with_bh_disabled(|| {
+        let m = dev.data().fabric.mrs.get(region.index).ok_or(EINVAL)?;
+        let lock = m.fast.as_ref().ok_or(EINVAL)?;
+        let mut st = lock.lock();
+        st.npages = 0;
+        st.page_size = u64::from(page_size);
+        Ok(())
+    })
+}
+
+/// One page of a `map_mr_sg` (ib_core's `ib_sg_to_pages` callback): `ENOMEM` when the MR's
+/// page list is full.
+pub(super) fn map_page(dev: &Device<Rrxe>, region: &RrxeMr, addr: u64) -> Result {
+    with_bh_disabled(|| {
+        let m = dev.data().fabric.mrs.get(region.index).ok_or(EINVAL)?;
+        let lock = m.fast.as_ref().ok_or(EINVAL)?;
+        let mut st = lock.lock();
+        let i = st.npages;
+        if i >= st.max_pages {
+            return Err(ENOMEM);
+        }
+        *st.pages.get_mut(i).ok_or(ENOMEM)? = addr;
+        st.npages = i + 1;
+        Ok(())
+    })
 }

@@ -87,6 +87,8 @@ pub(crate) struct RrxeQp {
     sq_sig_all: bool,
     cap: QpCap,
     has_srq: bool,
+    /// Created by a kernel consumer (local operations allowed in its SQ).
+    kernel: bool,
     attrs: Pin<KBox<Mutex<QpAttrs>>>,
     /// The data path's view (engine, rings, CQs), shared with the receive path.
     pub(crate) inner: Arc<QpInner>,
@@ -102,6 +104,7 @@ fn engine_config(
     srq_sge: u32,
     a: &QpAttrs,
     port_mtu: IbMtu,
+    local_ops: bool,
 ) -> tp::Config {
     let mtu = if qp_type.is_datagram() {
         port_mtu
@@ -139,6 +142,7 @@ fn engine_config(
         max_inline: cap.max_inline_data,
         max_recv_sge: if has_srq { srq_sge } else { cap.max_recv_sge },
         has_srq,
+        local_ops,
     }
 }
 
@@ -282,6 +286,7 @@ pub(super) fn create(
         srq_sge,
         &QpAttrs::reset(),
         port_mtu(dev),
+        udata.is_none(),
     );
     let eng = Eng::new(
         cfg,
@@ -318,6 +323,7 @@ pub(super) fn create(
         sq_sig_all: init.sq_sig_all,
         cap: init.cap,
         has_srq: init.has_srq,
+        kernel: udata.is_none(),
         attrs,
         inner,
     };
@@ -379,6 +385,7 @@ pub(super) fn modify(
             srq_sge,
             &a,
             port.active_mtu,
+            qp.kernel,
         );
         qp.inner
             .apply(cfg, None, Some(0), Some(0), Some((QpState::Reset, false)));
@@ -431,6 +438,7 @@ pub(super) fn modify(
         srq_sge,
         &a,
         port.active_mtu,
+        qp.kernel,
     );
     qp.inner.apply(
         cfg,

@@ -154,6 +154,10 @@ pub mod wc_opcode {
     pub const RDMA_READ: u32 = 2;
     pub const COMP_SWAP: u32 = 3;
     pub const FETCH_ADD: u32 = 4;
+    /// Local invalidation (kernel consumers).
+    pub const LOCAL_INV: u32 = 6;
+    /// Fast registration (kernel consumers; ib_core's `IB_WC_REG_MR`, no libibverbs value).
+    pub const REG_MR: u32 = 8;
     pub const RECV: u32 = 128;
     pub const RECV_RDMA_WITH_IMM: u32 = 129;
 }
@@ -162,6 +166,9 @@ pub mod wc_opcode {
 pub mod wc_flags {
     pub const GRH: u32 = 1 << 0;
     pub const WITH_IMM: u32 = 1 << 1;
+    /// The sender asked us to invalidate the rkey in `imm_data` (SEND with invalidate), and we
+    /// did.
+    pub const WITH_INV: u32 = 1 << 3;
 }
 
 /// `enum ibv_wr_opcode` values.
@@ -173,6 +180,16 @@ pub mod wr_opcode {
     pub const RDMA_READ: u32 = 4;
     pub const ATOMIC_CMP_AND_SWP: u32 = 5;
     pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    /// Local invalidation of the fast-registered rkey in `imm_data` (kernel consumers only:
+    /// the kernel refuses it in a user ring).
+    pub const LOCAL_INV: u32 = 7;
+    /// SEND asking the responder to invalidate the rkey in `imm_data` (RC).
+    pub const SEND_WITH_INV: u32 = 9;
+    /// Fast registration (ib_core's `IB_WR_REG_MR`; kernel consumers only, refused in a user
+    /// ring): the MR of key `rkey` (its index) becomes valid under that key for
+    /// `[remote_addr, remote_addr + compare_add)` with access `swap`, over the pages mapped
+    /// into it by `map_mr_sg`.
+    pub const REG_MR: u32 = 0x20;
 }
 
 /// `IBV_SEND_*` flags.

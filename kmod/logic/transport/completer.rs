@@ -104,7 +104,12 @@ where
     fn complete_answered<E: Env>(&mut self, env: &mut E) {
         let i = self.sq.done;
         let e = self.sq.entry(i);
-        if i == self.sq.next {
+        if e.kind.is_local() {
+            // Executed already (it is started), no PSN: done once it is the front.
+            if i == self.sq.next {
+                self.sq.next = i.wrapping_add(1);
+            }
+        } else if i == self.sq.next {
             self.sq.next = i.wrapping_add(1);
             self.req.cur_pkt = 0;
             let after = e.first_psn.wrapping_add(e.npkts.max(1));
@@ -147,6 +152,11 @@ where
             let e = self.sq.entry(i);
             if !e.started {
                 break;
+            }
+            if e.kind.is_local() {
+                self.complete_answered(env);
+                moved = true;
+                continue;
             }
             if e.kind.is_rd_atomic() {
                 let before = e.resume_psn().wrapping_sub(1);

@@ -179,6 +179,19 @@ pub trait Env {
     fn set_retry_timer(&mut self, usecs: Option<u64>);
     /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
     fn stat(&mut self, s: Stat, n: u64);
+    /// Fast registration (a kernel consumer's REG_MR, executed in SQ order): the
+    /// fast-registration MR whose index `key` names becomes valid under `key` for `len` bytes
+    /// at `iova` with `access`, over the pages mapped into it. `Err`: the completion status.
+    fn mr_register(&mut self, key: u32, iova: u64, len: u64, access: u32) -> Result<(), u32> {
+        let _ = (key, iova, len, access);
+        Err(wc_status::LOC_PROT_ERR)
+    }
+    /// Invalidates the fast-registered MR `key` (LOCAL_INV in SQ order, or a received SEND
+    /// with invalidate when `remote`). `Err`: the completion status.
+    fn mr_invalidate(&mut self, key: u32, remote: bool) -> Result<(), u32> {
+        let _ = (key, remote);
+        Err(wc_status::LOC_PROT_ERR)
+    }
 }
 
 /// What the wire answered to [`Env::emit`].
@@ -229,6 +242,9 @@ pub struct Config {
     pub max_recv_sge: u32,
     /// The QP receives through an SRQ.
     pub has_srq: bool,
+    /// A kernel consumer's QP: local operations (fast registration, local invalidation) are
+    /// allowed in its SQ (a user ring carrying them is refused).
+    pub local_ops: bool,
 }
 
 /// The addresses a connected QP's packets travel between (GIDs, IPv4 mapped).
@@ -254,11 +270,20 @@ pub enum WrKind {
     CmpSwap,
     /// Atomic fetch-and-add.
     FetchAdd,
+    /// Fast registration: a local operation, no packet.
+    RegMr,
+    /// Local invalidation: a local operation, no packet.
+    LocalInv,
 }
 
 impl WrKind {
     fn is_rd_atomic(self) -> bool {
         matches!(self, WrKind::Read | WrKind::CmpSwap | WrKind::FetchAdd)
+    }
+
+    /// Executed by the requester in SQ order, without a packet.
+    fn is_local(self) -> bool {
+        matches!(self, WrKind::RegMr | WrKind::LocalInv)
     }
 
     fn wc_opcode(self) -> u32 {
@@ -268,6 +293,8 @@ impl WrKind {
             WrKind::Read => wc_opcode::RDMA_READ,
             WrKind::CmpSwap => wc_opcode::COMP_SWAP,
             WrKind::FetchAdd => wc_opcode::FETCH_ADD,
+            WrKind::RegMr => wc_opcode::REG_MR,
+            WrKind::LocalInv => wc_opcode::LOCAL_INV,
         }
     }
 }
@@ -278,6 +305,8 @@ pub struct SqEntry {
     kind: WrKind,
     len: u32,
     imm: bool,
+    /// SEND with invalidate.
+    inv: bool,
     signaled: bool,
     fence: bool,
     /// Its first packet went out at least once (`first_psn` and `npkts` are set).
@@ -564,6 +593,7 @@ where
                     kind: c.kind,
                     len: c.len,
                     imm: c.imm,
+                    inv: c.inv,
                     signaled: c.signaled,
                     fence: c.fence,
                     ..SqEntry::default()

@@ -10,7 +10,7 @@ use crate::logic::{
     opcode::{Position, Transport},
     psn::Psn,
     qp_state::{QpState, QpType},
-    wire::{AtomicEth, Bth, Deth, Headers, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+    wire::{AtomicEth, Bth, Deth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
 };
 use core::ops::DerefMut;
 
@@ -82,8 +82,13 @@ impl Config {
 }
 
 /// Request opcode for a WR kind at a position.
-fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool) -> u8 {
+fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: bool) -> u8 {
     use opcode::*;
+    match (kind, pos, inv) {
+        (WrKind::Send, Position::Last, true) => return t.base() | RC_SEND_LAST_WITH_INVALIDATE,
+        (WrKind::Send, Position::Only, true) => return t.base() | RC_SEND_ONLY_WITH_INVALIDATE,
+        _ => {}
+    }
     let rc = match (kind, pos, imm) {
         (WrKind::Send, Position::First, _) => RC_SEND_FIRST,
         (WrKind::Send, Position::Middle, _) => RC_SEND_MIDDLE,
@@ -100,6 +105,8 @@ fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool) -> u8 {
         (WrKind::Read, _, _) => RC_RDMA_READ_REQUEST,
         (WrKind::CmpSwap, _, _) => RC_COMPARE_SWAP,
         (WrKind::FetchAdd, _, _) => RC_FETCH_ADD,
+        // Local operations send nothing (the requester never asks for their opcode).
+        (WrKind::RegMr | WrKind::LocalInv, _, _) => RC_SEND_ONLY,
     };
     t.base() | rc
 }
@@ -158,6 +165,28 @@ where
             if self.gate(&e) != Gate::Open {
                 break;
             }
+            if e.kind.is_local() {
+                // Executed once, where the requester reaches it in SQ order (a rewind that goes
+                // back past it does not run it again); it completes once every older WR has.
+                if !e.started {
+                    if let Err(status) = self.local_op(env, idx, e.kind) {
+                        self.sq.entry_mut(idx).err = Some(status);
+                        self.fatal(env, true);
+                        self.settle(env);
+                        return sent;
+                    }
+                    let psn = self.req.psn;
+                    let m = self.sq.entry_mut(idx);
+                    m.started = true;
+                    m.first_psn = psn;
+                    m.npkts = 0;
+                }
+                self.sq.next = idx.wrapping_add(1);
+                if self.sq.done == idx {
+                    self.complete_front(env, wc_status::SUCCESS);
+                }
+                continue;
+            }
             if self.req.cur_pkt == 0 && !e.started {
                 let npkts = match e.kind {
                     WrKind::Send | WrKind::Write | WrKind::Read => {
@@ -197,6 +226,15 @@ where
         self.check_drained(env);
         self.settle(env);
         sent
+    }
+
+    /// Runs a local operation (fast registration, local invalidation) of WR `idx`.
+    fn local_op<E: Env>(&mut self, env: &mut E, idx: u32, kind: WrKind) -> Result<(), u32> {
+        let w = wqe::decode_send_wqe(self.sq.slot(idx)).ok_or(wc_status::LOC_QP_OP_ERR)?;
+        match kind {
+            WrKind::RegMr => env.mr_register(w.rkey, w.remote_addr, w.compare_add, w.swap as u32),
+            _ => env.mr_invalidate(w.imm_data, false),
+        }
     }
 
     /// Moves past the packet of WR `idx` just sent.
@@ -250,7 +288,7 @@ where
             }
             _ => (Position::Only, 0, 0),
         };
-        let opc = request_opcode(t, e.kind, pos, e.imm);
+        let opc = request_opcode(t, e.kind, pos, e.imm, e.inv);
         let psn = self.req.psn;
         let dest_qp = if cfg.qp_type == QpType::Ud {
             w.remote_qpn
@@ -292,6 +330,9 @@ where
             h.immdt = Some(ImmDt {
                 imm: u32::from_be_bytes(w.imm_data.to_ne_bytes()),
             });
+        }
+        if info.headers.has(opcode::Ext::Ieth) {
+            h.ieth = Some(Ieth { rkey: w.imm_data });
         }
         if info.headers.has(opcode::Ext::Deth) {
             let qkey = if w.remote_qkey & 0x8000_0000 != 0 {
@@ -411,7 +452,7 @@ where
                 return;
             }
             let e = self.sq.entry(i);
-            if e.started && psn.in_window(e.first_psn, e.npkts.max(1)) {
+            if e.started && !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
                 let (p, k) = match e.kind {
                     WrKind::Send | WrKind::Write => (psn, psn.distance_from(e.first_psn)),
                     _ => (e.resume_psn(), 0),

@@ -603,7 +603,24 @@ where
                         c.wc_flags |= wc_flags::WITH_IMM;
                     }
                     c.src_qp = self.cfg.dest_qpn;
+                    let mut bad_inv = false;
+                    if let Some(ieth) = pkt.ieth() {
+                        // SEND with invalidate: the message is placed; the rkey it names is
+                        // invalidated before the completion says so. A key we cannot
+                        // invalidate fails the receive and the QP (rxe's class J).
+                        if env.mr_invalidate(ieth.rkey, true).is_ok() {
+                            c.imm_data = ieth.rkey;
+                            c.wc_flags |= wc_flags::WITH_INV;
+                        } else {
+                            c.status = wc_status::REM_INV_REQ_ERR;
+                            bad_inv = true;
+                        }
+                    }
                     self.post(env, CqSel::Recv, &c);
+                    if bad_inv {
+                        self.fatal(env, false);
+                        return;
+                    }
                 }
             }
         }

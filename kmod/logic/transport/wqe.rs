@@ -231,6 +231,8 @@ pub(super) fn kind_of_opcode(opcode: u32) -> WrKind {
         wr_opcode::RDMA_READ => WrKind::Read,
         wr_opcode::ATOMIC_CMP_AND_SWP => WrKind::CmpSwap,
         wr_opcode::ATOMIC_FETCH_AND_ADD => WrKind::FetchAdd,
+        wr_opcode::REG_MR => WrKind::RegMr,
+        wr_opcode::LOCAL_INV => WrKind::LocalInv,
         _ => WrKind::Send,
     }
 }
@@ -240,6 +242,7 @@ pub(super) struct Checked {
     pub(super) kind: WrKind,
     pub(super) len: u32,
     pub(super) imm: bool,
+    pub(super) inv: bool,
     pub(super) signaled: bool,
     pub(super) fence: bool,
 }
@@ -255,8 +258,23 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         (wr_opcode::RDMA_READ, QpType::Rc) => WrKind::Read,
         (wr_opcode::ATOMIC_CMP_AND_SWP, QpType::Rc) => WrKind::CmpSwap,
         (wr_opcode::ATOMIC_FETCH_AND_ADD, QpType::Rc) => WrKind::FetchAdd,
+        (wr_opcode::SEND_WITH_INV, QpType::Rc) => WrKind::Send,
+        (wr_opcode::REG_MR, _) if cfg.local_ops => WrKind::RegMr,
+        (wr_opcode::LOCAL_INV, _) if cfg.local_ops => WrKind::LocalInv,
         _ => return Err(wc_status::LOC_QP_OP_ERR),
     };
+    if kind.is_local() {
+        // No data: the fields name the MR (see `wr_opcode::REG_MR`).
+        return Ok(Checked {
+            kind,
+            len: 0,
+            imm: false,
+            inv: false,
+            signaled: cfg.sq_sig_all || w.send_flags & send_flags::SIGNALED != 0,
+            fence: w.send_flags & send_flags::FENCE != 0,
+        });
+    }
+    let inv = w.opcode == wr_opcode::SEND_WITH_INV;
     let imm = matches!(
         w.opcode,
         wr_opcode::SEND_WITH_IMM | wr_opcode::RDMA_WRITE_WITH_IMM
@@ -290,6 +308,7 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         kind,
         len: if atomic { 8 } else { len as u32 },
         imm,
+        inv,
         signaled: cfg.sq_sig_all || w.send_flags & send_flags::SIGNALED != 0,
         fence: w.send_flags & send_flags::FENCE != 0,
     })

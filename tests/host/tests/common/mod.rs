@@ -257,6 +257,7 @@ pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
         max_inline: 256,
         max_recv_sge: 8,
         has_srq: false,
+        local_ops: false,
     }
 }
 

@@ -1,0 +1,97 @@
+#!/bin/bash
+# rdma_cm on rrxe (the kernel-consumers issue): QP1 (GSI) carries ib_cm's MADs, so the
+# librdmacm tools, perftest -R and pyverbs' rdmacm tests connect through it. In a --bare guest:
+#
+#   A  rrxe0 (veth0, init_net, 10.99.0.1 / fd00:99::1) <-> rrxe1 (veth1, netns "peer",
+#      10.99.0.2 / fd00:99::2)                                            [tests/vm/rel-lib.sh]
+#      qp1        `rdma resource` lists QP1 (type GSI) on both devices
+#      loopback   rping -V on each device to itself (rrxe1's inside the namespace)
+#      two        rping -V both ways over IPv4, one way over IPv6; ucmatose with 4 connections;
+#                 udaddy; rdma_server/rdma_client; ib_{send,write,read}_bw -R
+#      mckey      multicast joins are refused with a clear error (no multicast support)
+#      refused    a connect to a port nobody listens on is rejected at once
+#      peer_gone  a connect to a device that was deleted fails within the CM's timeouts
+#   B  rxe0 (rdma_rxe, init_net) <-> rrxe1 (netns "peer"): rping -V both ways
+#
+#   scripts/vm-run --bare --timeout 1200 -- $PWD/tests/vm/cm.sh
+#
+# Environment: RRXE_CM_ITERS rping iterations (1000), RRXE_CM_STEP_TIMEOUT seconds (150).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/rel-lib.sh"
+ITERS=${RRXE_CM_ITERS:-1000}
+T=${RRXE_CM_STEP_TIMEOUT:-150}
+modprobe rdma_ucm || { fail setup.rdma_ucm "$(dmesg | tail -3)"; summary; }
+log() { echo "cm: $*"; }
+
+# pair NAME "SERVER CMD" "CLIENT CMD": the server in the background, the client once it has had
+# a moment to listen; both must exit 0 within the step timeout.
+pair() {
+  local name=$1 srv=$2 cli=$3 so co sp src crc
+  so=$(mktemp); co=$(mktemp)
+  timeout "$T" bash -c "$srv" >"$so" 2>&1 &
+  sp=$!
+  sleep 2
+  timeout "$T" bash -c "$cli" >"$co" 2>&1; crc=$?
+  wait "$sp"; src=$?
+  if [ "$src" = 0 ] && [ "$crc" = 0 ]; then
+    pass "$name"
+  else
+    fail "$name" "server rc $src: $(tail -3 "$so" | tr '\n' ' ') | client rc $crc: $(tail -3 "$co" | tr '\n' ' ')"
+  fi
+  rm -f "$so" "$co"
+}
+
+# rping -V: every iteration's data is verified by both sides.
+rping_pair() {  # NAME SERVER_PREFIX SERVER_ADDR CLIENT_PREFIX
+  pair "$1" "$2 rping -s -a $3 -V -C $ITERS" "$4 rping -c -a $3 -V -C $ITERS"
+}
+
+# --- A: two rrxe devices
+topo_a || summary
+ip -6 addr add fd00:99::1/64 dev veth0 nodad
+ip -n peer -6 addr add fd00:99::2/64 dev veth1 nodad
+v6_gid() { grep -qi "fd00:0099:0000:0000:0000:0000:0000:000$2" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null; }
+wait_for 20 v6_gid rrxe0 1 && wait_for 20 v6_gid rrxe1 2 || log "IPv6 GIDs not (yet) in the tables"
+P=(ip netns exec peer)
+
+check cm.qp1.rrxe0 bash -c "rdma res show qp link rrxe0/1 | grep -q 'lqpn 1 type GSI'"
+check cm.qp1.rrxe1 bash -c "ip netns exec peer rdma res show qp link rrxe1/1 | grep -q 'lqpn 1 type GSI'"
+
+rping_pair cm.rping.loopback.rrxe0 "" 10.99.0.1 ""
+rping_pair cm.rping.loopback.rrxe1_netns "${P[*]}" 10.99.0.2 "${P[*]}"
+rping_pair cm.rping.two_devices.rrxe0_to_rrxe1 "${P[*]}" 10.99.0.2 ""
+rping_pair cm.rping.two_devices.rrxe1_to_rrxe0 "" 10.99.0.1 "${P[*]}"
+rping_pair cm.rping.ipv6.rrxe0_to_rrxe1 "${P[*]}" fd00:99::2 ""
+
+pair cm.ucmatose.4_connections "${P[*]} ucmatose -c 4 -C 100" "ucmatose -s 10.99.0.2 -c 4 -C 100"
+pair cm.udaddy "${P[*]} udaddy -c 4" "udaddy -s 10.99.0.2 -c 4"
+pair cm.rdma_server_client "${P[*]} rdma_server" "rdma_client -s 10.99.0.2"
+for t in send write read; do
+  pair "cm.perftest.${t}_bw_R" "${P[*]} ib_${t}_bw -d rrxe1 -R -n 200 -s 4096" "ib_${t}_bw -d rrxe0 -R -n 200 -s 4096 10.99.0.2"
+done
+
+# Multicast is not implemented (no attach_mcast): mckey must fail with an error, not hang.
+out=$(timeout 60 mckey -m 239.1.2.3 -b 10.99.0.1 -C 5 2>&1); rc=$?
+if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then pass cm.mckey.refused; else fail cm.mckey.refused "rc $rc: $(echo "$out" | tail -3)"; fi
+
+# Nobody listens on the port: the peer's CM rejects at once.
+start=$(date +%s)
+out=$(timeout 60 rping -c -a 10.99.0.2 -p 7999 -C 1 2>&1); rc=$?
+if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then pass cm.connect.no_listener_rejected; else fail cm.connect.no_listener_rejected "rc $rc after $(( $(date +%s) - start )) s: $(echo "$out" | tail -3)"; fi
+
+# The peer device is gone (its netdev stays up): the REQ goes unanswered and the connect fails
+# within the CM's retry budget instead of hanging.
+"${P[@]}" rdma link delete rrxe1
+start=$(date +%s)
+out=$(timeout "$T" rping -c -a 10.99.0.2 -C 1 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then pass cm.connect.peer_gone_fails; else fail cm.connect.peer_gone_fails "rc $rc after $took s: $(echo "$out" | tail -3)"; fi
+log "connect to a deleted peer failed after $took s"
+"${P[@]}" rdma link add rrxe1 type rrxe netdev veth1
+
+# --- B: interop with rdma_rxe
+if topo_b; then
+  rping_pair cm.interop.rping.rxe0_to_rrxe1 "${P[*]}" 10.99.0.2 ""
+  rping_pair cm.interop.rping.rrxe1_to_rxe0 "" 10.99.0.1 "${P[*]}"
+fi
+summary
