@@ -17,6 +17,13 @@ N=/sys/kernel/config/nvmet
 NQN=rrxe-test
 log() { echo "nvmeof: $*"; }
 
+# From whatever an earlier script in this guest left (tests/vm/cm.sh: rdma_rxe on veth0, rrxe1
+# in a namespace): only rrxe0 on veth0.
+for l in $(rdma link show 2>/dev/null | awk '{print $2}' | cut -d/ -f1 | sort -u); do
+  [ "$l" = rrxe0 ] || rdma link delete "$l" 2>/dev/null || ip netns exec peer rdma link delete "$l" 2>/dev/null
+done
+grep -q '^rdma_rxe ' /proc/modules && rmmod rdma_rxe
+ip link set veth0 up
 modprobe rrxe && { [ -e /sys/class/infiniband/rrxe0 ] || rdma link add rrxe0 type rrxe netdev veth0; }
 check nvmeof.rrxe0_active wait_for 20 bash -c "ibv_devinfo -d rrxe0 | grep -q PORT_ACTIVE"
 check nvmeof.modules bash -c "modprobe rdma_ucm && modprobe null_blk nr_devices=1 gb=1 memory_backed=1 && modprobe nvmet && modprobe nvmet-rdma && modprobe nvme-rdma"
