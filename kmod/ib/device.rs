@@ -12,14 +12,14 @@
 //! devices. [`Registry`] is our own list instead.
 
 use super::bindings as b;
+use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
     AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
 };
-use super::kverbs::{KSendWr, Wc};
 use super::udata::Udata;
-use crate::uapi::Sge;
 use crate::logic::{qp_attr::ModifyRequest, stats};
+use crate::uapi::Sge;
 use core::{
     mem::{size_of, MaybeUninit},
     ptr::{self, addr_of_mut},

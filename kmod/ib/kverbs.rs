@@ -220,7 +220,8 @@ pub(super) unsafe fn post_send<T: IbDriver>(
     bad_wr: *mut *const b::ib_send_wr,
 ) -> i32 {
     // SAFETY: per the contract above.
-    let (d, data, qp_type) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), (*qp).qp_type) };
+    let (d, data, qp_type) =
+        unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp), (*qp).qp_type) };
     let ud = qp_type == b::ib_qp_type_IB_QPT_UD || qp_type == b::ib_qp_type_IB_QPT_GSI;
     let mut sge_buf = [Sge::default(); lim::MAX_SGE as usize];
     let mut inline_buf = [0u8; lim::MAX_INLINE_DATA as usize];
@@ -327,7 +328,11 @@ fn wc_flags(f: u32) -> i32 {
 /// # Safety
 ///
 /// ib_core passes a live CQ of ours and room for `num_entries` completions at `wc`.
-unsafe extern "C" fn poll_cq<T: IbDriver>(cq: *mut b::ib_cq, num_entries: i32, wc: *mut b::ib_wc) -> i32 {
+unsafe extern "C" fn poll_cq<T: IbDriver>(
+    cq: *mut b::ib_cq,
+    num_entries: i32,
+    wc: *mut b::ib_wc,
+) -> i32 {
     // SAFETY: per the contract above.
     let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
     let want = usize::try_from(num_entries).unwrap_or(0);
@@ -365,9 +370,7 @@ unsafe extern "C" fn poll_cq<T: IbDriver>(cq: *mut b::ib_cq, num_entries: i32, w
 }
 
 /// Makes an MR object around driver data (ib_core fills `device`, `pd`, `type` after we return).
-fn new_mr<T: IbDriver>(
-    make: impl FnOnce() -> Result<(T::Mr, MrKeys)>,
-) -> *mut b::ib_mr {
+fn new_mr<T: IbDriver>(make: impl FnOnce() -> Result<(T::Mr, MrKeys)>) -> *mut b::ib_mr {
     let r = (|| -> Result<*mut b::ib_mr> {
         let obj = KBox::new(
             MrObj::<T> {
@@ -441,8 +444,13 @@ unsafe extern "C" fn map_mr_sg<T: IbDriver>(
     sg_offset: *mut u32,
 ) -> i32 {
     // SAFETY: per the contract above.
-    let (d, data, page_size) =
-        unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr), (*mr).page_size) };
+    let (d, data, page_size) = unsafe {
+        (
+            dev::<T>((*mr).device),
+            MrObj::<T>::data(mr),
+            (*mr).page_size,
+        )
+    };
     if let Err(e) = T::mr_map_begin(d, data, page_size) {
         return e.to_errno();
     }

@@ -772,7 +772,8 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
             )
         };
         // SAFETY: `init` is valid per the contract above.
-        let sleepable = unsafe { (*init).flags } & b::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
+        let sleepable =
+            unsafe { (*init).flags } & b::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
         let data = T::create_ah(d, pd, &av, udata.as_ref(), sleepable)?;
         // SAFETY: the data of a fresh AH block is uninitialised.
         unsafe { AhObj::<T>::init(ah, data) };

@@ -35,13 +35,12 @@ pub(super) fn create(
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
-    // The route lookup does not sleep. Opening the socket and reaping dead AHs do: a kernel
-    // caller in atomic context (ib_cm) skips them; its QP1 opened the socket already.
+    // Opening the socket sleeps: a kernel caller in atomic context (ib_cm) skips it; QP1
+    // opened it already.
     let path: Path = av::resolve(dev, avec, None)?;
     let data = dev.data();
     if sleepable {
         data.fabric.need_wire(&path)?;
-        reap(dev);
     }
     let gfp = if sleepable {
         GFP_KERNEL_ACCOUNT
@@ -84,27 +83,14 @@ pub(super) fn create(
     Ok(RrxeAh { num })
 }
 
-/// Destroys `ah`. Without `sleepable` (a kernel caller in atomic context) nothing may sleep,
-/// but removing the AH from the data path's table waits for an RCU grace period and freeing
-/// its number takes a mutex: the AH is only marked dead then, and the next sleepable AH verb
-/// of the device finishes it. Until then it keeps its number and quota; a UD WQE that still
-/// names it is the caller's bug either way (ib_core forbids destroying an AH in use).
-pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, sleepable: bool) {
-    if !sleepable {
-        dev.data().defer_ah_destroy(ah.num);
-        return;
-    }
-    reap(dev);
-    finish(dev, ah.num);
-}
-
-fn finish(dev: &Device<Rrxe>, num: u32) {
-    drop(dev.data().fabric.ahs.remove_sync(num));
-    dev.data().free_ah_num(num);
-    RrxeDev::release(&dev.data().quota.ah);
-}
-
-/// Finishes the destructions deferred by non-sleepable `destroy` calls (process context).
-fn reap(dev: &Device<Rrxe>) {
-    dev.data().reap_dead_ahs(|num| finish(dev, num));
+/// Destroys `ah`, in any context (kernel consumers destroy AHs under `spin_lock_irqsave`). No
+/// grace period is needed: a packet being sent with the AH holds its own reference to the
+/// resolved path (the table hands out `Arc`s), and a UD WQE that still names the number later
+/// is the caller's bug (ib_core forbids destroying an AH in use): it finds no AH, or one of
+/// its own PD that reused the number.
+pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, _sleepable: bool) {
+    let data = dev.data();
+    drop(data.fabric.ahs.take(ah.num));
+    data.free_ah_num(ah.num);
+    RrxeDev::release(&data.quota.ah);
 }

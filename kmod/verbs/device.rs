@@ -20,7 +20,7 @@ use crate::logic::{
     stats,
 };
 use crate::uapi::{self, Sge};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{new_mutex, new_spinlock, prelude::*, sync::Arc, sync::Mutex, sync::SpinLock};
 
 /// The rrxe driver.
@@ -81,40 +81,6 @@ impl Ids {
     }
 }
 
-/// Address handles destroyed where sleeping was not allowed, waiting to be reaped (one bit per
-/// AH number): still in the data path's table and holding their number and quota until then.
-/// Atomic, so marking needs no lock and works in any context.
-struct DeadAhs(KVec<AtomicU64>);
-
-impl DeadAhs {
-    fn new() -> Result<Self> {
-        let words = (lim::MAX_AH as usize + 1).div_ceil(64);
-        let mut v = KVec::with_capacity(words, GFP_KERNEL)?;
-        for _ in 0..words {
-            v.push(AtomicU64::new(0), GFP_KERNEL)?;
-        }
-        Ok(DeadAhs(v))
-    }
-
-    fn mark(&self, num: u32) {
-        if let Some(w) = self.0.get((num / 64) as usize) {
-            w.fetch_or(1 << (num % 64), Ordering::AcqRel);
-        }
-    }
-
-    /// Calls `f` for (and forgets) every marked number.
-    fn reap(&self, mut f: impl FnMut(u32)) {
-        for (i, w) in self.0.iter().enumerate() {
-            let mut bits = w.swap(0, Ordering::AcqRel);
-            while bits != 0 {
-                let b = bits.trailing_zeros();
-                bits &= bits - 1;
-                f(i as u32 * 64 + b);
-            }
-        }
-    }
-}
-
 /// Per-device state.
 #[pin_data(PinnedDrop)]
 pub(crate) struct RrxeDev {
@@ -122,8 +88,6 @@ pub(crate) struct RrxeDev {
     pub(crate) fabric: Arc<Fabric>,
     /// Device-wide data-path counters (`rdma statistic`); the data path holds a clone.
     pub(crate) stats: Arc<DevStats>,
-    /// AHs destroyed without sleeping, reaped by the next sleepable AH verb.
-    dead_ahs: DeadAhs,
     /// The netdev key the fabric is published under for received packets.
     netdev_key: usize,
     /// Address handle numbers (0 is never used).
@@ -152,11 +116,9 @@ impl RrxeDev {
             Ids::new(2, lim::MAX_QP)?,
             Ids::with_keys(1, lim::MAX_MR)?,
         );
-        let dead_ahs = DeadAhs::new()?;
         Ok(try_pin_init!(RrxeDev {
             fabric,
             stats,
-            dead_ahs,
             ah_ids <- new_spinlock!(ah_ids, "rrxe:ah_ids"),
             port_active: AtomicBool::new(active),
             quota: Quotas::default(),
@@ -219,16 +181,6 @@ impl RrxeDev {
             *last = key;
         }
         Ok((index, key))
-    }
-
-    /// Marks AH `num` destroyed without sleeping; [`RrxeDev::reap_dead_ahs`] finishes it.
-    pub(crate) fn defer_ah_destroy(&self, num: u32) {
-        self.dead_ahs.mark(num);
-    }
-
-    /// Finishes the AH destructions deferred by [`RrxeDev::defer_ah_destroy`] (sleeps).
-    pub(crate) fn reap_dead_ahs(&self, mut finish: impl FnMut(u32)) {
-        self.dead_ahs.reap(&mut finish);
     }
 
     pub(crate) fn free_mr_index(&self, index: u32) {
@@ -453,7 +405,8 @@ impl IbDriver for Rrxe {
             | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
             | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
             // Fast registration, local and remote invalidation (kernel consumers).
-            | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS) as u64;
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS)
+            as u64;
         attr.max_fast_reg_page_list_len = lim::MAX_FAST_REG_PAGES;
         // Lets `rdma link delete` unregister the device.
         attr.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;

@@ -120,6 +120,12 @@ impl<T: Send + Sync> Table<T> {
         v
     }
 
+    /// Removes entry `i` without waiting (any context): for objects whose users hold their own
+    /// reference while using them, and whose number may be reused at once.
+    pub(crate) fn take(&self, i: u32) -> Option<Arc<T>> {
+        with_bh_disabled(|| self.slots.lock().get_mut(i as usize).and_then(Option::take))
+    }
+
     /// Looks up entry `i` (bottom halves disabled).
     pub(crate) fn get(&self, i: u32) -> Option<Arc<T>> {
         self.slots.lock().get(i as usize).and_then(|e| e.clone())
@@ -153,7 +159,9 @@ impl MrMem {
 
     fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
         match (self, op) {
-            (MrMem::User(u), AtomicOp::CmpSwap { compare, swap }) => u.atomic_cas(off, compare, swap),
+            (MrMem::User(u), AtomicOp::CmpSwap { compare, swap }) => {
+                u.atomic_cas(off, compare, swap)
+            }
             (MrMem::User(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
             (MrMem::Kernel(k), AtomicOp::CmpSwap { compare, swap }) => {
                 k.atomic_cas(off, compare, swap)
@@ -371,7 +379,10 @@ impl CqInner {
             let mut buf = [0u8; uapi::CQE_SIZE];
             for (i, w) in out.iter_mut().take(n).enumerate() {
                 let idx = cons.wrapping_add(i as u32);
-                let _ = ring.read(HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE, &mut buf);
+                let _ = ring.read(
+                    HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE,
+                    &mut buf,
+                );
                 let cqe = tp::decode_cqe(&buf);
                 let qp = fabric
                     .qps
@@ -544,7 +555,13 @@ impl SrqInner {
 }
 
 /// Writes a receive WQE into the slot at `off`.
-fn write_recv_slot(r: &SharedRing, off: usize, slot_size: usize, wr_id: u64, sges: &[Sge]) -> Result {
+fn write_recv_slot(
+    r: &SharedRing,
+    off: usize,
+    slot_size: usize,
+    wr_id: u64,
+    sges: &[Sge],
+) -> Result {
     let body = off + size_of::<uapi::RecvWqe>();
     if body + sges.len() * size_of::<Sge>() > off + slot_size {
         return Err(EINVAL);
@@ -1365,7 +1382,12 @@ pub(crate) struct FastReg {
 impl FastReg {
     /// Runs `f(kva, in_chunk_offset, n)` over the pages behind `len` bytes at MR offset `off`
     /// (offsets from `iova`, checked by the caller).
-    fn chunks(&self, off: u64, len: usize, mut f: impl FnMut(u64, usize, usize) -> Result) -> Result {
+    fn chunks(
+        &self,
+        off: u64,
+        len: usize,
+        mut f: impl FnMut(u64, usize, usize) -> Result,
+    ) -> Result {
         let ps = self.page_size;
         if ps == 0 || !ps.is_power_of_two() {
             return Err(EFAULT);
@@ -1374,7 +1396,11 @@ impl FastReg {
         let mut done = 0usize;
         while done < len {
             let page = usize::try_from(pos / ps).map_err(|_| EFAULT)?;
-            let base = *self.pages.get(..self.npages).and_then(|p| p.get(page)).ok_or(EFAULT)?;
+            let base = *self
+                .pages
+                .get(..self.npages)
+                .and_then(|p| p.get(page))
+                .ok_or(EFAULT)?;
             let in_page = pos % ps;
             let n = ((ps - in_page) as usize).min(len - done);
             f(base + in_page, done, n)?;
@@ -1385,11 +1411,15 @@ impl FastReg {
     }
 
     fn read(&self, off: u64, out: &mut [u8]) -> Result {
-        self.chunks(off, out.len(), |kva, at, n| KernelVirt.read(kva, &mut out[at..at + n]))
+        self.chunks(off, out.len(), |kva, at, n| {
+            KernelVirt.read(kva, &mut out[at..at + n])
+        })
     }
 
     fn write(&self, off: u64, data: &[u8]) -> Result {
-        self.chunks(off, data.len(), |kva, at, n| KernelVirt.write(kva, &data[at..at + n]))
+        self.chunks(off, data.len(), |kva, at, n| {
+            KernelVirt.write(kva, &data[at..at + n])
+        })
     }
 
     fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
@@ -1520,11 +1550,15 @@ impl Env for Ctx<'_, '_> {
         if data.is_empty() {
             return Ok(());
         }
-        self.with_mr(key, addr, data.len() as u64, acc, |m, off| m.write(off, data))
+        self.with_mr(key, addr, data.len() as u64, acc, |m, off| {
+            m.write(off, data)
+        })
     }
 
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.with_mr(key, addr, 8, Access::RemoteAtomic, |m, off| m.atomic(off, op))
+        self.with_mr(key, addr, 8, Access::RemoteAtomic, |m, off| {
+            m.atomic(off, op)
+        })
     }
 
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, access: u32) -> Result<(), u32> {

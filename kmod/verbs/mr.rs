@@ -142,7 +142,13 @@ pub(super) fn alloc_fast(
         data.free_mr_index(index);
         return Err(e);
     }
-    Ok((RrxeMr { index }, MrKeys { lkey: key, rkey: key }))
+    Ok((
+        RrxeMr { index },
+        MrKeys {
+            lkey: key,
+            rkey: key,
+        },
+    ))
 }
 
 /// `map_mr_sg` starts: the page list of fast MR `region` is emptied, with pages of

@@ -23,6 +23,9 @@ pub struct Mr {
     pub addr: u64,
     pub access: u32,
     pub bytes: Vec<u8>,
+    /// A fast-registration MR (valid only between REG_MR and an invalidation).
+    pub fast: bool,
+    pub valid: bool,
 }
 
 #[derive(Default)]
@@ -42,6 +45,8 @@ pub struct Side {
     /// The RQ ring is broken (a scribbled producer): every take answers Bad.
     pub rq_broken: bool,
     pub rq_takes: u32,
+    /// Local operations executed, in order: ("reg" | "inv" | "remote-inv", key).
+    pub local_ops: Vec<(&'static str, u32)>,
 }
 
 impl Side {
@@ -54,6 +59,21 @@ impl Side {
             addr,
             access,
             bytes,
+            fast: false,
+            valid: true,
+        });
+    }
+
+    /// A fast-registration MR of `len` bytes, invalid until a REG_MR; its key's index is
+    /// `key >> 8`.
+    pub fn fast_mr(&mut self, key: u32, len: usize) {
+        self.mrs.push(Mr {
+            key,
+            addr: 0,
+            access: 0,
+            bytes: (0..len).map(|i| (i as u8) ^ 0x5a).collect(),
+            fast: true,
+            valid: false,
         });
     }
 
@@ -71,7 +91,7 @@ impl Side {
         let m = self
             .mrs
             .iter_mut()
-            .find(|m| m.key == key)
+            .find(|m| m.key == key && m.valid)
             .ok_or(MemError::BadKey)?;
         let need = match acc {
             Access::LocalRead => 0,
@@ -173,6 +193,33 @@ impl Env for Side {
             self.stats.resize(COUNT, 0);
         }
         self.stats[s.index()] += n;
+    }
+    fn mr_register(&mut self, key: u32, iova: u64, len: u64, acc: u32) -> Result<(), u32> {
+        self.local_ops.push(("reg", key));
+        let m = self
+            .mrs
+            .iter_mut()
+            .find(|m| m.fast && m.key >> 8 == key >> 8)
+            .ok_or(wc_status::LOC_PROT_ERR)?;
+        if len > m.bytes.len() as u64 {
+            return Err(wc_status::LOC_PROT_ERR);
+        }
+        m.key = key;
+        m.addr = iova;
+        m.access = acc;
+        m.valid = true;
+        Ok(())
+    }
+    fn mr_invalidate(&mut self, key: u32, remote: bool) -> Result<(), u32> {
+        self.local_ops
+            .push((if remote { "remote-inv" } else { "inv" }, key));
+        let m = self
+            .mrs
+            .iter_mut()
+            .find(|m| m.fast && m.key == key)
+            .ok_or(wc_status::LOC_PROT_ERR)?;
+        m.valid = false;
+        Ok(())
     }
 }
 
