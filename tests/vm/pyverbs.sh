@@ -19,14 +19,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3   # Debian's python3-pyverbs is built for the system interpreter
 src=/usr/share/doc/rdma-core/tests
 # The device-independent test files, the same set on both devices. Left out: the vendor files
-# (test_mlx5_*, test_efa*: they skip on any other device), test_cuda_dmabuf (needs CUDA) and,
-# until rrxe serves rdma_cm (the kernel-consumers issue: ib_core attaches rdma_cm only to a
-# device with the kernel verbs post_recv/poll_cq/get_dma_mr and a GSI QP), test_rdmacm, which
-# fails 7 of its 10 tests on rrxe0 with ENODEV today. RRXE_PYVERBS_MODULES can add it back.
+# (test_mlx5_*, test_efa*: they skip on any other device) and test_cuda_dmabuf (needs CUDA).
+# test_rdmacm runs over rdma_cm (rrxe's GSI QP carries ib_cm's MADs).
 modules=${RRXE_PYVERBS_MODULES:-test_addr test_atomic test_cq test_cq_events test_cqex
   test_device test_flow test_fork test_mr test_odp test_parent_domain test_pd test_qp
-  test_qpex test_relaxed_ordering test_rss_traffic test_shared_pd test_tag_matching}
-case " $modules " in *" test_rdmacm "*) ;; *) echo "pyverbs: test_rdmacm not run: rdma_cm on rrxe is the kernel-consumers issue (open)" ;; esac
+  test_qpex test_rdmacm test_relaxed_ordering test_rss_traffic test_shared_pd
+  test_tag_matching}
 read -r -a devs <<< "${RRXE_PYVERBS_DEVS:-rrxe0 rxe0}"
 dut=${devs[0]}; ref=${devs[1]:-}
 
