@@ -329,6 +329,11 @@ impl<T: IbDriver> Device<T> {
             // Commands ib_core does not enable by default: the send doorbell and CQ arming.
             (*raw).uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
                 | (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
+            // The netdev's own parent (a NIC's PCI device), as siw does: tools and pyverbs find a
+            // device's netdev through /sys/class/infiniband/DEV/device/net. A virtual netdev
+            // (veth, bridge) has none, and the device then has none either. `device_add`
+            // takes a reference on it. DMA is unaffected (`dma_device` stays NULL: virt-DMA).
+            (*raw).__bindgen_anon_1.dev.as_mut().parent = (*netdev.as_raw()).dev.parent;
             (*raw).phys_port_cnt = id.phys_port_cnt;
             (*raw).num_comp_vectors = id.num_comp_vectors as i32;
             (*raw).node_guid = u64::from_ne_bytes(id.node_guid_be);
