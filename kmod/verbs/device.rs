@@ -488,14 +488,24 @@ impl IbDriver for Rrxe {
             }
             return Err(crate::ib::eproto());
         }
-        if cmd.reserved != 0 {
-            return Err(EINVAL);
+        // Same version, different ring or command layouts (a provider and a module built from
+        // different trees): refused the same way.
+        if cmd.layout != uapi::LAYOUT_FINGERPRINT {
+            if crate::ib::printk_ratelimit() {
+                pr_info!(
+                    "{}: refusing a context for ABI layout {:#010x} (this module's is {:#010x}): provider and module come from different builds\n",
+                    dev.name(),
+                    cmd.layout,
+                    uapi::LAYOUT_FINGERPRINT
+                );
+            }
+            return Err(crate::ib::eproto());
         }
         udata.respond(&uapi::AllocUcontextResp {
             magic: uapi::UABI_MAGIC,
             uabi_version: uapi::UABI_VERSION,
             max_inline_data: lim::MAX_INLINE_DATA,
-            reserved: 0,
+            layout: uapi::LAYOUT_FINGERPRINT,
         })?;
         Ok(RrxeContext)
     }

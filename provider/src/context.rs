@@ -5,7 +5,7 @@ use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of, size_of_val};
 use core::ptr;
 
-use rrxe_uapi::{AllocUcontextCmd, UABI_VERSION};
+use rrxe_uapi::{AllocUcontextCmd, LAYOUT_FINGERPRINT, UABI_VERSION};
 
 use crate::abi::{
     _verbs_init_and_alloc_context, errno, ib_uverbs_ex_query_device_resp, ibv_cmd_get_context,
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn alloc_context(
     let mut cmd = rrxe_get_context {
         drv_payload: AllocUcontextCmd {
             uabi_version: UABI_VERSION,
-            reserved: 0,
+            layout: LAYOUT_FINGERPRINT,
         },
         ..Default::default()
     };

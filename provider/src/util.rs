@@ -3,7 +3,9 @@
 use core::ffi::c_char;
 use core::fmt;
 
-use rrxe_uapi::{AllocUcontextResp, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION};
+use rrxe_uapi::{
+    AllocUcontextResp, LAYOUT_FINGERPRINT, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION,
+};
 
 use crate::abi::{
     IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_QPT_RC, IBV_QPT_UC,
@@ -79,8 +81,11 @@ pub enum UabiProblem {
     Unreadable { raw: String },
     /// The `GET_CONTEXT` response does not carry [`UABI_MAGIC`].
     BadMagic { magic: u32 },
-    /// The kernel refused the provider's uABI version (`GET_CONTEXT` failed with `EPROTO`).
+    /// The kernel refused the provider's uABI version or layout (`GET_CONTEXT` failed with
+    /// `EPROTO`).
     KernelRefused,
+    /// Same version, but the kernel's ring and command layouts differ from the provider's.
+    LayoutMismatch { kernel: u32 },
 }
 
 impl UabiProblem {
@@ -117,7 +122,11 @@ impl fmt::Display for MismatchMessage<'_> {
             )?,
             UabiProblem::KernelRefused => write!(
                 f,
-                "{PFX}: device {dev} refused this provider's rrxe uABI {UABI_VERSION} (EPROTO)"
+                "{PFX}: device {dev} refused this provider's rrxe uABI {UABI_VERSION} / layout {LAYOUT_FINGERPRINT:#010x} (EPROTO)"
+            )?,
+            UabiProblem::LayoutMismatch { kernel } => write!(
+                f,
+                "{PFX}: device {dev} has rrxe ABI layout {kernel:#010x} but this provider was built for layout {LAYOUT_FINGERPRINT:#010x}"
             )?,
         }
         f.write_str("; rebuild the provider and the module from the same tree")
@@ -175,6 +184,14 @@ pub fn check_get_context(ret: i32, resp: &AllocUcontextResp) -> Result<(), GetCo
             errno: libc::EPROTO,
             problem: Some(UabiProblem::Mismatch {
                 kernel: resp.uabi_version,
+            }),
+        });
+    }
+    if resp.layout != LAYOUT_FINGERPRINT {
+        return Err(GetContextError {
+            errno: libc::EPROTO,
+            problem: Some(UabiProblem::LayoutMismatch {
+                kernel: resp.layout,
             }),
         });
     }
@@ -415,7 +432,7 @@ mod tests {
             magic: UABI_MAGIC,
             uabi_version: UABI_VERSION,
             max_inline_data: 64,
-            reserved: 0,
+            layout: LAYOUT_FINGERPRINT,
         };
         assert_eq!(check_get_context(0, &good), Ok(()));
         assert_eq!(
@@ -455,6 +472,24 @@ mod tests {
                 })
             })
         );
+        // Same version, another layout (a module and a provider from different builds).
+        let moved = AllocUcontextResp {
+            layout: LAYOUT_FINGERPRINT ^ 1,
+            ..good
+        };
+        let e = check_get_context(0, &moved).unwrap_err();
+        assert_eq!(e.errno, libc::EPROTO);
+        assert_eq!(
+            e.problem,
+            Some(UabiProblem::LayoutMismatch {
+                kernel: LAYOUT_FINGERPRINT ^ 1
+            })
+        );
+        assert!(e
+            .problem
+            .unwrap()
+            .message("rrxe0")
+            .contains("layout"));
     }
 
     #[test]

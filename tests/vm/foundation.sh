@@ -15,7 +15,7 @@ gid_idx=$(echo "$dv" | sed -nE 's/.*GID\[ *([0-9]+)\]:.*::ffff:10\.99\.0\.1, RoC
 check "sysfs_gid_type_roce_v2" grep -q "RoCE v2" "/sys/class/infiniband/rrxe0/ports/1/gid_attrs/types/${gid_idx:-0}"
 check "sysfs_gid_ndev_veth0" grep -qx veth0 "/sys/class/infiniband/rrxe0/ports/1/gid_attrs/ndevs/${gid_idx:-0}"
 check "rdma_link_show_active" bash -c "rdma link show rrxe0/1 | grep -q 'state ACTIVE.*netdev veth0'"
-check "sysfs_uabi_attr" grep -qx 1 /sys/class/infiniband/rrxe0/rrxe_uabi
+check "sysfs_uabi_attr" grep -qx 2 /sys/class/infiniband/rrxe0/rrxe_uabi
 # Only librrxe can claim rrxe0: without its .driver file the device has no provider.
 check_fails "no_provider_no_device" "rrxe0|not found|No IB devices" \
   bash -c "mkdir -p /run/empty.d && mount --bind /run/empty.d /etc/libibverbs.d && ibv_devinfo -d rrxe0; rc=\$?; umount /etc/libibverbs.d; exit \$rc"

@@ -14,8 +14,9 @@
 /// range must contain.
 pub const UVERBS_ABI_VERSION: u32 = 1;
 
-/// Version of the driver-private udata ABI defined in this file.
-pub const UABI_VERSION: u32 = 1;
+/// Version of the driver-private udata ABI defined in this file. 2: the context handshake
+/// carries [`LAYOUT_FINGERPRINT`]; kernel-consumer opcodes and `WITH_INV` completions.
+pub const UABI_VERSION: u32 = 2;
 
 /// Magic in [`AllocUcontextResp::magic`]: ASCII "RRXE".
 pub const UABI_MAGIC: u32 = 0x5252_5845;
@@ -39,8 +40,9 @@ pub struct AllocUcontextCmd {
     /// The provider's [`UABI_VERSION`]. The kernel refuses a context with `EPROTO` when it
     /// differs from its own.
     pub uabi_version: u32,
-    /// Must be zero.
-    pub reserved: u32,
+    /// The provider's [`LAYOUT_FINGERPRINT`]. The kernel refuses a context with `EPROTO` when
+    /// it differs from its own (the two were built from different ring or command layouts).
+    pub layout: u32,
 }
 
 /// Driver-private output of `alloc_ucontext`.
@@ -53,8 +55,9 @@ pub struct AllocUcontextResp {
     pub uabi_version: u32,
     /// Largest inline payload a send WQE may carry (`max_inline_data`).
     pub max_inline_data: u32,
-    /// Must be zero.
-    pub reserved: u32,
+    /// The kernel's [`LAYOUT_FINGERPRINT`]; the provider refuses the context when it differs
+    /// from its own.
+    pub layout: u32,
 }
 
 /// Cache line size that separates the ring indices (x86-64).
@@ -364,19 +367,113 @@ pub struct CreateAhResp {
 /// is already busy).
 pub const SQ_FLAG_KERNEL_BUSY: u32 = 1;
 
+/// A fingerprint of everything the kernel and the provider must agree on beyond the version
+/// number: the size and every field offset of each struct in this file, the ring geometry
+/// constants and the numbering of opcodes, statuses and flags (FNV-1a over them, at compile
+/// time). Exchanged in the context handshake ([`AllocUcontextCmd::layout`],
+/// [`AllocUcontextResp::layout`]): a module and a provider built from different layouts refuse
+/// each other with one clear message instead of misreading the rings.
+pub const LAYOUT_FINGERPRINT: u32 = layout_fingerprint();
+
+const fn layout_fingerprint() -> u32 {
+    use core::mem::{offset_of, size_of};
+    let items: [usize; 66] = [
+        size_of::<AllocUcontextCmd>(),
+        offset_of!(AllocUcontextCmd, layout),
+        size_of::<AllocUcontextResp>(),
+        offset_of!(AllocUcontextResp, uabi_version),
+        offset_of!(AllocUcontextResp, max_inline_data),
+        offset_of!(AllocUcontextResp, layout),
+        CACHELINE,
+        RING_HEADER_SIZE,
+        offset_of!(RingHeader, producer),
+        offset_of!(RingHeader, consumer),
+        offset_of!(RingHeader, log2_slots),
+        offset_of!(RingHeader, slot_size),
+        offset_of!(RingHeader, flags),
+        SQ_FLAG_KERNEL_BUSY as usize,
+        CQE_SIZE,
+        size_of::<Cqe>(),
+        offset_of!(Cqe, status),
+        offset_of!(Cqe, opcode),
+        offset_of!(Cqe, vendor_err),
+        offset_of!(Cqe, byte_len),
+        offset_of!(Cqe, imm_data),
+        offset_of!(Cqe, qp_num),
+        offset_of!(Cqe, src_qp),
+        offset_of!(Cqe, wc_flags),
+        offset_of!(Cqe, pkey_index),
+        offset_of!(Cqe, slid),
+        offset_of!(Cqe, sl),
+        offset_of!(Cqe, dlid_path_bits),
+        size_of::<Sge>(),
+        offset_of!(Sge, length),
+        offset_of!(Sge, lkey),
+        size_of::<SendWqe>(),
+        offset_of!(SendWqe, opcode),
+        offset_of!(SendWqe, send_flags),
+        offset_of!(SendWqe, imm_data),
+        offset_of!(SendWqe, num_sge),
+        offset_of!(SendWqe, inline_len),
+        offset_of!(SendWqe, ah_num),
+        offset_of!(SendWqe, remote_addr),
+        offset_of!(SendWqe, rkey),
+        offset_of!(SendWqe, remote_qpn),
+        offset_of!(SendWqe, compare_add),
+        offset_of!(SendWqe, swap),
+        offset_of!(SendWqe, remote_qkey),
+        size_of::<RecvWqe>(),
+        offset_of!(RecvWqe, num_sge),
+        size_of::<RingInfo>(),
+        offset_of!(RingInfo, bytes),
+        offset_of!(RingInfo, slots),
+        offset_of!(RingInfo, slot_size),
+        size_of::<CreateCqResp>(),
+        size_of::<CreateQpResp>(),
+        offset_of!(CreateQpResp, rq),
+        size_of::<CreateSrqResp>(),
+        size_of::<CreateAhResp>(),
+        send_slot_size(1, 0),
+        recv_slot_size(1),
+        wr_opcode::SEND_WITH_IMM as usize,
+        wr_opcode::REG_MR as usize,
+        wc_opcode::RECV as usize,
+        wc_opcode::REG_MR as usize,
+        wc_status::GENERAL_ERR as usize,
+        wc_flags::WITH_INV as usize,
+        send_flags::INLINE as usize,
+        cq_ring_slots(3) as usize,
+        ring_bytes(1, 64, 4096),
+    ];
+    let mut h: u32 = 0x811c_9dc5;
+    let mut i = 0;
+    while i < items.len() {
+        let mut v = items[i] as u64;
+        let mut b = 0;
+        while b < 8 {
+            h ^= (v & 0xff) as u32;
+            h = h.wrapping_mul(0x0100_0193);
+            v >>= 8;
+            b += 1;
+        }
+        i += 1;
+    }
+    h
+}
+
 // Layout pins: these are part of the ABI.
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<AllocUcontextCmd>() == 8);
     assert!(align_of::<AllocUcontextCmd>() == 4);
     assert!(offset_of!(AllocUcontextCmd, uabi_version) == 0);
-    assert!(offset_of!(AllocUcontextCmd, reserved) == 4);
+    assert!(offset_of!(AllocUcontextCmd, layout) == 4);
     assert!(size_of::<AllocUcontextResp>() == 16);
     assert!(align_of::<AllocUcontextResp>() == 4);
     assert!(offset_of!(AllocUcontextResp, magic) == 0);
     assert!(offset_of!(AllocUcontextResp, uabi_version) == 4);
     assert!(offset_of!(AllocUcontextResp, max_inline_data) == 8);
-    assert!(offset_of!(AllocUcontextResp, reserved) == 12);
+    assert!(offset_of!(AllocUcontextResp, layout) == 12);
     assert!(size_of::<RingHeader>() == RING_HEADER_SIZE);
     assert!(offset_of!(RingHeader, producer) == 0);
     assert!(offset_of!(RingHeader, consumer) == CACHELINE);
