@@ -17,6 +17,7 @@ use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
     AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
 };
+use super::restrack::ResTable;
 use super::udata::Udata;
 use crate::logic::{qp_attr::ModifyRequest, stats};
 use crate::uapi::Sge;
@@ -201,6 +202,13 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     ) -> Result;
     /// `poll_cq` of a kernel CQ: fills up to `out.len()` completions, returns how many.
     fn poll_cq(dev: &Device<Self>, cq: &Self::Cq, out: &mut [Wc]) -> usize;
+
+    /// Driver details of a QP for `rdma resource show qp -dd`.
+    fn res_qp(dev: &Device<Self>, qp: &Self::Qp, t: &mut ResTable) -> Result;
+    /// Driver details of a CQ.
+    fn res_cq(dev: &Device<Self>, cq: &Self::Cq, t: &mut ResTable) -> Result;
+    /// Driver details of an MR.
+    fn res_mr(dev: &Device<Self>, mr: &Self::Mr, t: &mut ResTable) -> Result;
 }
 
 /// An `ib_device` owned by ib_core with driver `T`'s data embedded.

@@ -11,6 +11,8 @@
 #include <rdma/ib_umem.h>
 #include <rdma/ib_cache.h>
 #include <rdma/uverbs_ioctl.h>
+#include <rdma/rdma_netlink.h>
+#include <net/netlink.h>
 #include "helpers.h"
 
 void rrxe_dev_hold(struct net_device *dev)
@@ -75,6 +77,22 @@ void rrxe_local_bh_disable(void)
 void rrxe_local_bh_enable(void)
 {
 	local_bh_enable();
+}
+
+/* The RDMA_NLDEV_ATTR_DRIVER table of a `rdma resource ... -dd` entry (nla_nest_*: inline). */
+struct nlattr *rrxe_res_table_start(struct sk_buff *msg)
+{
+	return nla_nest_start(msg, RDMA_NLDEV_ATTR_DRIVER);
+}
+
+void rrxe_res_table_end(struct sk_buff *msg, struct nlattr *table)
+{
+	nla_nest_end(msg, table);
+}
+
+void rrxe_res_table_cancel(struct sk_buff *msg, struct nlattr *table)
+{
+	nla_nest_cancel(msg, table);
 }
 
 /* irqs_disabled(): a kernel verbs consumer may call us under spin_lock_irqsave(). */

@@ -12,6 +12,7 @@
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/timer.h>
+#include <net/netlink.h>
 #include <net/sock.h>
 #include <rdma/ib_verbs.h>
 
@@ -29,6 +30,9 @@ bool rrxe_gid_attr_ndev_is(const struct ib_gid_attr *attr, const struct net_devi
 void rrxe_local_bh_disable(void);
 void rrxe_local_bh_enable(void);
 bool rrxe_irqs_disabled(void);
+struct nlattr *rrxe_res_table_start(struct sk_buff *msg);
+void rrxe_res_table_end(struct sk_buff *msg, struct nlattr *table);
+void rrxe_res_table_cancel(struct sk_buff *msg, struct nlattr *table);
 void rrxe_cond_resched(void);
 bool rrxe_fatal_signal_pending(void);
 

@@ -15,6 +15,7 @@ pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;
+pub(crate) mod restrack;
 pub(crate) mod ring;
 pub(crate) mod rxtable;
 pub(crate) mod sysfs;

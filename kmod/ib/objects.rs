@@ -390,6 +390,7 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.post_send = Some(post_send::<T>);
     ops.req_notify_cq = Some(req_notify_cq::<T>);
     super::kverbs::fill_ops::<T>(ops);
+    super::restrack::fill_ops::<T>(ops);
 }
 
 /// # Safety

@@ -10,6 +10,7 @@ use super::{
 use crate::ib::{
     device::Device,
     objects::{CqInit, CqRef},
+    restrack::ResTable,
     ring::SharedRing,
     udata::Udata,
 };
@@ -19,7 +20,7 @@ use core::{
     mem::offset_of,
     sync::atomic::{AtomicU32, Ordering},
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::{c_str, prelude::*, sync::Arc};
 
 /// A completion queue.
 pub(crate) struct RrxeCq {
@@ -122,4 +123,19 @@ pub(super) fn resize(
 
 pub(super) fn req_notify(_dev: &Device<Rrxe>, cq: &RrxeCq, solicited_only: bool) -> Result<bool> {
     Ok(cq.inner.arm(solicited_only))
+}
+
+/// `rdma resource show cq -dd`: ring depth and fill, arming, overflow.
+pub(super) fn res(cq: &RrxeCq, t: &mut ResTable) -> Result {
+    let (slots, pending, armed, overflowed) = cq.inner.res();
+    t.u32(c_str!("ring_slots"), slots)?;
+    t.u32(c_str!("pending"), pending)?;
+    t.str(
+        c_str!("armed"),
+        if armed { c_str!("yes") } else { c_str!("no") },
+    )?;
+    if overflowed {
+        t.str(c_str!("overflow"), c_str!("yes"))?;
+    }
+    Ok(())
 }

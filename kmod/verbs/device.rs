@@ -11,6 +11,7 @@ use crate::ib::{
     objects::{
         AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
     },
+    restrack::ResTable,
     udata::Udata,
 };
 use crate::logic::{
@@ -378,6 +379,18 @@ impl IbDriver for Rrxe {
 
     fn poll_cq(dev: &Device<Self>, c: &Self::Cq, out: &mut [Wc]) -> usize {
         c.inner.poll_kernel(&dev.data().fabric, out)
+    }
+
+    fn res_qp(_dev: &Device<Self>, q: &Self::Qp, t: &mut ResTable) -> Result {
+        qp::res(q, t)
+    }
+
+    fn res_cq(_dev: &Device<Self>, c: &Self::Cq, t: &mut ResTable) -> Result {
+        cq::res(c, t)
+    }
+
+    fn res_mr(dev: &Device<Self>, m: &Self::Mr, t: &mut ResTable) -> Result {
+        mr::res(dev, m, t)
     }
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr, udata: Option<&Udata>) -> Result {

@@ -408,6 +408,19 @@ impl CqInner {
         })
     }
 
+    /// (slots, completions waiting, armed, overflowed) for `rdma resource show cq -dd`.
+    pub(crate) fn res(&self) -> (u32, u32, bool, bool) {
+        with_bh_disabled(|| {
+            let st = self.st.lock();
+            (
+                st.slots,
+                Self::pending_locked(&st),
+                st.armed != 0,
+                st.overflowed,
+            )
+        })
+    }
+
     /// Completions written and not yet consumed (as far as the consumer index tells; at most
     /// the ring's size).
     pub(crate) fn pending(&self) -> u32 {
@@ -687,6 +700,18 @@ pub(crate) struct QpParts {
     pub(crate) fabric: Arc<Fabric>,
 }
 
+/// A QP's data-path state for `rdma resource show qp -dd`.
+pub(crate) struct QpRes {
+    pub(crate) sq_psn: u32,
+    pub(crate) rq_psn: u32,
+    pub(crate) details: tp::Details,
+    /// (slots, WQEs posted and not yet taken) of the SQ and RQ rings.
+    pub(crate) sq: Option<(u32, u32)>,
+    pub(crate) rq: Option<(u32, u32)>,
+    /// A ring was found with an index out of range.
+    pub(crate) broken: bool,
+}
+
 /// How a doorbell pass ended.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PassEnd {
@@ -872,6 +897,30 @@ impl QpInner {
             }
             deliver(&self.fabric, &mut out);
         });
+    }
+
+    /// What `rdma resource show qp -dd` reports (the rings' fill is clamped to their size: a
+    /// user may have written anything into its producer index).
+    pub(crate) fn res(&self) -> QpRes {
+        with_bh_disabled(|| {
+            let d = self.st.lock();
+            let fill = |r: &Option<(SharedRing, u32, usize)>, cons: u32| {
+                r.as_ref().map(|(ring, slots, _)| {
+                    (
+                        *slots,
+                        ring.load_acquire(PROD).wrapping_sub(cons).min(*slots),
+                    )
+                })
+            };
+            QpRes {
+                sq_psn: d.eng.sq_psn(),
+                rq_psn: d.eng.rq_psn(),
+                details: d.eng.details(),
+                sq: fill(&self.sq, d.sh.sq_cons),
+                rq: fill(&self.rq, d.sh.rq_cons),
+                broken: d.sh.sq_broken || d.sh.rq_broken,
+            }
+        })
     }
 
     /// State, send PSN, receive PSN and SQ-draining as the data path knows them.

@@ -12,10 +12,11 @@ use crate::ib::{
     device::Device,
     kmem::KernelVirt,
     objects::{MrArgs, MrKeys, Umem},
+    restrack::ResTable,
     udata::Udata,
 };
 use crate::logic::{idalloc, limits as lim, mr};
-use kernel::{new_spinlock, prelude::*, sync::Arc};
+use kernel::{c_str, new_spinlock, prelude::*, sync::Arc};
 
 /// A registered memory region: pinned pages plus the keys and rights that guard them, shared
 /// with the data path through the device's MR table.
@@ -182,4 +183,41 @@ pub(super) fn map_page(dev: &Device<Rrxe>, region: &RrxeMr, addr: u64) -> Result
         st.npages = i + 1;
         Ok(())
     })
+}
+
+/// `rdma resource show mr -dd`: what backs the MR (pinned user pages, the kernel's memory, or a
+/// fast-registration page list and its state).
+pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Result {
+    let Some(m) = with_bh_disabled(|| dev.data().fabric.mrs.get(region.index)) else {
+        return Ok(());
+    };
+    match (&m.fast, &m.mem) {
+        (Some(lock), _) => {
+            let (valid, npages, max, ps) = with_bh_disabled(|| {
+                let st = lock.lock();
+                (st.valid, st.npages, st.max_pages, st.page_size)
+            });
+            t.str(c_str!("type"), c_str!("fast_reg"))?;
+            t.str(
+                c_str!("state"),
+                if valid {
+                    c_str!("valid")
+                } else {
+                    c_str!("invalid")
+                },
+            )?;
+            t.u32(c_str!("pages"), npages as u32)?;
+            t.u32(c_str!("max_pages"), max as u32)?;
+            t.u64(c_str!("page_size"), ps)?;
+        }
+        (None, MrMem::User(u)) => {
+            t.str(c_str!("type"), c_str!("user"))?;
+            t.u64(
+                c_str!("pages"),
+                (u.len() as u64).div_ceil(kernel::page::PAGE_SIZE as u64),
+            )?;
+        }
+        (None, MrMem::Kernel(_)) => t.str(c_str!("type"), c_str!("dma"))?,
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ use crate::ib::{
     device::Device,
     kverbs::KSendWr,
     objects::{AddressVector, QpInit, QpLinks, QpSnapshot},
+    restrack::ResTable,
     ring::SharedRing,
     udata::Udata,
 };
@@ -28,7 +29,7 @@ use core::mem::offset_of;
 
 /// The GSI QP's number (IBTA: QP1 on every port).
 const GSI_QPN: u32 = 1;
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The modifiable attributes of a QP, guarded by its lock.
 struct QpAttrs {
@@ -559,4 +560,42 @@ pub(super) fn post_recv_kernel(qp: &RrxeQp, wr_id: u64, sges: &[Sge]) -> Result 
         return Err(EINVAL);
     }
     qp.inner.post_kernel_recv(wr_id, sges)
+}
+
+/// `rdma resource show qp -dd`: ring depth and fill, PSNs, the requester's retry state.
+pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
+    let r = qp.inner.res();
+    let d = r.details;
+    if let Some((slots, posted)) = r.sq {
+        t.u32(c_str!("sq_depth"), slots)?;
+        t.u32(c_str!("sq_posted"), posted)?;
+    }
+    t.u32(c_str!("sq_outstanding"), d.sq_outstanding)?;
+    t.u32(c_str!("sq_unsent"), d.sq_unsent)?;
+    if let Some((slots, posted)) = r.rq {
+        t.u32(c_str!("rq_depth"), slots)?;
+        t.u32(c_str!("rq_posted"), posted)?;
+    }
+    t.hex(c_str!("sq_psn"), r.sq_psn)?;
+    t.hex(c_str!("acked_psn"), d.acked_psn)?;
+    t.hex(c_str!("rq_psn"), r.rq_psn)?;
+    t.u32(c_str!("rd_atomic"), d.rd_atomic)?;
+    t.u32(c_str!("retry_left"), u32::from(d.retry_left))?;
+    t.u32(c_str!("rnr_retry_left"), u32::from(d.rnr_left))?;
+    t.u32(c_str!("timer_backoff"), u32::from(d.backoff))?;
+    t.str(
+        c_str!("retry_timer"),
+        if d.timer_armed {
+            c_str!("armed")
+        } else {
+            c_str!("stopped")
+        },
+    )?;
+    if d.rnr_wait {
+        t.str(c_str!("rnr"), c_str!("waiting"))?;
+    }
+    if r.broken {
+        t.str(c_str!("ring"), c_str!("broken"))?;
+    }
+    Ok(())
 }

@@ -59,6 +59,16 @@ P=(ip netns exec peer)
 
 check cm.qp1.rrxe0 bash -c "rdma res show qp link rrxe0/1 | grep -q 'lqpn 1 type GSI'"
 check cm.qp1.rrxe1 bash -c "ip netns exec peer rdma res show qp link rrxe1/1 | grep -q 'lqpn 1 type GSI'"
+# Driver details in `rdma resource ... -dd` (fill_res_*_entry): QP1's rings (ib_mad keeps its
+# receive queue full), its CQ, and a user QP/CQ/MR held by a waiting pingpong server.
+check cm.res.qp1_details bash -c "rdma res show qp link rrxe0/1 -dd | grep 'lqpn 1 ' | grep -E 'drv_rq_depth [0-9]+ drv_rq_posted [1-9]' | grep -q 'drv_retry_timer'"
+ibv_rc_pingpong -d rrxe0 -g "$G0" >/dev/null 2>&1 &
+pp=$!
+sleep 2
+check cm.res.user_qp_details bash -c "rdma res show qp link rrxe0/1 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_sq_depth'"
+check cm.res.user_cq_details bash -c "rdma res show cq link rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_ring_slots'"
+check cm.res.user_mr_details bash -c "rdma res show mr link rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_type user drv_pages 1'"
+kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
 
 rping_pair cm.rping.loopback.rrxe0 "" 10.99.0.1 ""
 # The other directions and address families with fewer iterations (each 1,000 takes about a

@@ -194,6 +194,31 @@ pub trait Env {
     }
 }
 
+/// A QP's transport state for diagnostics (`rdma resource show qp -dd`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Details {
+    /// Slots of the engine's private SQ.
+    pub sq_slots: u32,
+    /// Send WRs taken from the ring and not yet completed.
+    pub sq_outstanding: u32,
+    /// Of those, WRs the requester has not started (or must send again).
+    pub sq_unsent: u32,
+    /// Oldest unacknowledged PSN.
+    pub acked_psn: u32,
+    /// READ/atomic requests outstanding.
+    pub rd_atomic: u32,
+    /// Retries left before RETRY_EXC_ERR.
+    pub retry_left: u8,
+    /// RNR retries left.
+    pub rnr_left: u8,
+    /// Retransmit timer backoff (0..=2: 1x, 2x, 4x the timeout).
+    pub backoff: u8,
+    /// Waiting for the RNR timer.
+    pub rnr_wait: bool,
+    /// The retransmit timer is armed.
+    pub timer_armed: bool,
+}
+
 /// What the wire answered to [`Env::emit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Emit {
@@ -561,6 +586,22 @@ where
     }
 
     /// Room for more WQEs in the private SQ.
+    /// What `rdma resource show qp -dd` reports of the transport (see [`Details`]).
+    pub fn details(&self) -> Details {
+        Details {
+            sq_slots: self.sq.mask + 1,
+            sq_outstanding: self.sq.head.wrapping_sub(self.sq.done),
+            sq_unsent: self.sq.head.wrapping_sub(self.sq.next),
+            acked_psn: self.req.acked.get(),
+            rd_atomic: self.req.rd_atomic,
+            retry_left: self.req.retry_left,
+            rnr_left: self.req.rnr_left,
+            backoff: self.req.backoff,
+            rnr_wait: self.req.rnr_wait,
+            timer_armed: self.req.timer_armed,
+        }
+    }
+
     pub fn sq_room(&self) -> u32 {
         (self.sq.mask + 1) - self.sq.head.wrapping_sub(self.sq.done)
     }
