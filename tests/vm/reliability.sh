@@ -56,6 +56,20 @@
 # failed, err = -110") and frees the QP anyway: KASAN reports a use-after-free in
 # rxe_skb_tx_dtor when the queued skbs are finally freed (seen with RRXE_REL_B=rxe).
 #
+# Suspected rdma_rxe 6.12 bug (RC requester under reordering), seen once in a CI run (it
+# passed in every other run and in 4 reproductions here): under "delay 1ms reorder 25% 50%", a
+# burst of WRITEs and READs posted by rxe0 to rrxe1 ended with rxe0's QP in ERR and its WR 3 (a
+# WRITE after a READ) completed WR_FLUSH_ERR, with no error completion before it. Nothing on
+# the wire explains that: rrxe1 sent only ACKs, READ responses and sequence NAKs (its counters:
+# seq_naks_sent, duplicate_responses, no error NAK sent or received), and an error NAK would
+# have completed the WR with its REM_* status first (rxe_comp.c completes the WQE, then calls
+# rxe_qp_error()). So rxe moved its QP to ERR through a local path, and rxe's flush_send_queue()
+# reports every WQE still queued as WR_FLUSH_ERR, overwriting the status such a path sets
+# (rxe_req.c `err:`). Which path fired is unknown (the test kernel has no kprobes to trace it).
+# Only that signature (a burst from rxe0 whose first bad completion is a flush) is XFAIL; any
+# other failure of the check still fails.
+xfail_sig_reorder='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9]+ [A-Z_]+ Work Request Flushed Error'
+#
 # Known failure, ours to fix (the reliability issue stays open for it): ib_read_bw with rrxe1
 # as the client and rdma_rxe's rxe0 as the server (-o 128, 16 KiB, mtu 1024) ends in
 # IBV_WC_RETRY_EXC_ERR under TCG+KASAN (intermittent since the timer backs off: it passed in the
@@ -93,6 +107,9 @@ sub() {
   out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' | sed -E "s/^(PASS|FAIL|INFO|SKIP) /\1 $pre./")
   local x
   for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known rdma_rxe 6.12 bug):/"); done
+  if [ -z "${RRXE_REL_XFAIL+set}" ]; then
+    out=$(echo "$out" | sed -E "s/^FAIL (B\.reorder\.integrity\.rc\.two_devices): ($xfail_sig_reorder)/XFAIL \1 (suspected rdma_rxe 6.12 requester bug under reordering, see the header): \2/")
+  fi
   echo "$out"
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
