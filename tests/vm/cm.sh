@@ -66,8 +66,8 @@ ibv_rc_pingpong -d rrxe0 -g "$G0" >/dev/null 2>&1 &
 pp=$!
 sleep 2
 check cm.res.user_qp_details bash -c "rdma res show qp link rrxe0/1 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_sq_depth'"
-check cm.res.user_cq_details bash -c "rdma res show cq link rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_ring_slots'"
-check cm.res.user_mr_details bash -c "rdma res show mr link rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_type user drv_pages 1'"
+check cm.res.user_cq_details bash -c "rdma res show cq dev rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_ring_slots'"
+check cm.res.user_mr_details bash -c "rdma res show mr dev rrxe0 -dd | grep 'comm ibv_rc_pingpong' | grep -q 'drv_type user drv_pages 1'"
 kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
 
 rping_pair cm.rping.loopback.rrxe0 "" 10.99.0.1 ""
