@@ -15,7 +15,7 @@
 #
 #   scripts/vm-run --bare --timeout 1200 -- $PWD/tests/vm/cm.sh
 #
-# Environment: RRXE_CM_ITERS rping iterations of the two main runs (1000; the others 200), RRXE_CM_STEP_TIMEOUT seconds (150).
+# Environment: RRXE_CM_ITERS rping iterations on rrxe0 to itself (1000; the others 200), RRXE_CM_STEP_TIMEOUT seconds (150).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"
 ITERS=${RRXE_CM_ITERS:-1000}
@@ -71,10 +71,10 @@ check cm.res.user_mr_details bash -c "rdma res show mr dev rrxe0 -dd | grep 'com
 kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
 
 rping_pair cm.rping.loopback.rrxe0 "" 10.99.0.1 ""
-# The other directions and address families with fewer iterations (each 1,000 takes about a
+# The other paths, directions and address families with fewer iterations (1,000 take about a
 # minute under TCG).
 rping_pair cm.rping.loopback.rrxe1_netns "${P[*]}" 10.99.0.2 "${P[*]}" 200
-rping_pair cm.rping.two_devices.rrxe0_to_rrxe1 "${P[*]}" 10.99.0.2 ""
+rping_pair cm.rping.two_devices.rrxe0_to_rrxe1 "${P[*]}" 10.99.0.2 "" 200
 rping_pair cm.rping.two_devices.rrxe1_to_rrxe0 "" 10.99.0.1 "${P[*]}" 200
 rping_pair cm.rping.ipv6.rrxe0_to_rrxe1 "${P[*]}" fd00:99::2 "" 200
 
