@@ -28,8 +28,8 @@ test-host:
 test-vm: build
 	tests/vm/run-all
 
-bench: build
-	scripts/vm-run --bare --timeout 900 -- $(CURDIR)/scripts/bench
+bench:
+	scripts/bench
 
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path.
 fuzz: deps
