@@ -19,6 +19,8 @@ apt_pkgs=(
   "python3-pyverbs=${RDMA_CORE_DEB}" perftest iproute2
   # debugging tools that must also work inside the guest (it shares the host root)
   strace tcpdump gdb procps pkg-config
+  # make bench profiling (perf record in the guest; Debian 12's perf reads 6.12 fine)
+  linux-perf
   # `make install` builds the module through DKMS; `make test` checks that path (scripts/install-test)
   dkms
 )
