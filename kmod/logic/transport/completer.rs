@@ -82,6 +82,7 @@ where
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.retrying = false;
         self.req.backoff = 0;
+        self.end_probe();
         self.update_timer(env, true);
     }
 

@@ -41,6 +41,30 @@ pub(super) struct Requester {
     /// then 4 times the `timeout` value, inside IBTA's "between 1 and 4 times" (C9-140)). A
     /// slow peer replaying a window of READs gets the time to reach the one we wait for.
     pub(super) backoff: u8,
+    /// After a timeout, only the oldest WR goes out again until an answer makes progress.
+    pub(super) probe: Option<Probe>,
+    /// The last probe was answered and the requester went back to where the timeout found it,
+    /// guessing that the peer was slow, not deaf; the PSN after the probed WR. An answer past
+    /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
+    /// in full.
+    pub(super) guess: Option<Psn>,
+}
+
+/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
+/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
+/// window of READs makes such a peer answer every READ again before the response we wait
+/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
+/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
+/// again; when an answer makes progress, the requester returns to where it was and lets the
+/// rest of the window answer for itself.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Probe {
+    /// The WR sent again: the requester does not go past it until progress.
+    pub(super) idx: u32,
+    /// Where the requester stood when the timer fired.
+    pub(super) next: u32,
+    pub(super) cur_pkt: u32,
+    pub(super) psn: Psn,
 }
 
 impl Requester {
@@ -57,6 +81,8 @@ impl Requester {
             retrying: false,
             timer_armed: false,
             backoff: 0,
+            probe: None,
+            guess: None,
         }
     }
 
@@ -66,6 +92,8 @@ impl Requester {
         self.rnr_wait = false;
         self.retrying = false;
         self.timer_armed = false;
+        self.probe = None;
+        self.guess = None;
         self.acked = self.psn;
     }
 }
@@ -121,6 +149,8 @@ enum Gate {
     RdAtomic,
     /// A fenced WR waits for earlier READs/atomics.
     Fence,
+    /// A timeout's probe waits for an answer before the next WR goes out.
+    Probe,
 }
 
 impl<B, M, R> Engine<B, M, R>
@@ -143,6 +173,9 @@ where
         }
         if self.req.psn.distance_from(self.req.acked) >= RC_WINDOW {
             return Gate::Window;
+        }
+        if self.req.probe.is_some_and(|p| p.idx != self.sq.next) {
+            return Gate::Probe;
         }
         if self.req.cur_pkt > 0 {
             return Gate::Open;
@@ -413,8 +446,22 @@ where
         self.req.retrying = false;
         self.req.backoff = (self.req.backoff + 1).min(2);
         if self.spend_retry(env) {
+            let was = Probe {
+                idx: self.sq.next,
+                next: self.sq.next,
+                cur_pkt: self.req.cur_pkt,
+                psn: self.req.psn,
+            };
             let p = self.req.acked;
             self.rewind(p);
+            // A probe whose answer led back to `was` and nothing came since: the guess was
+            // wrong, the rest of the window is lost; go back N in full this time.
+            if self.req.guess.take().is_none() {
+                self.req.probe = Some(Probe {
+                    idx: self.sq.next,
+                    ..was
+                });
+            }
         }
         self.update_timer(env, false);
         self.settle(env);
@@ -432,6 +479,32 @@ where
         true
     }
 
+    /// Progress after a timeout's probe: the requester goes back to where the timer found it,
+    /// unless acknowledgements already took it further.
+    pub(super) fn end_probe(&mut self) {
+        if let Some(p) = self.req.probe.take() {
+            let probed = self.sq.entry(p.idx);
+            self.req.guess = Some(probed.first_psn.wrapping_add(probed.npkts.max(1)));
+            if p.psn.after(self.req.psn) && !p.psn.after(self.req.high) {
+                self.sq.next = p.next;
+                self.req.cur_pkt = p.cur_pkt;
+                self.req.psn = p.psn;
+                let mut n = 0;
+                let mut i = self.sq.done;
+                while i != p.next && i != self.sq.head {
+                    if self.sq.entry(i).kind.is_rd_atomic() {
+                        n += 1;
+                    }
+                    i = i.wrapping_add(1);
+                }
+                self.req.rd_atomic = n;
+            }
+        } else if self.req.guess.is_some_and(|g| self.req.acked.after(g)) {
+            // Answers beyond the probed WR: the peer was slow, not deaf.
+            self.req.guess = None;
+        }
+    }
+
     /// The RNR timer fired: the requester may resend.
     pub fn rnr_timer_expired(&mut self) {
         self.req.rnr_wait = false;
@@ -441,6 +514,7 @@ where
     /// a READ at its first missing response, an atomic from its start). `psn` outside every
     /// started WR changes nothing.
     pub(super) fn rewind(&mut self, psn: Psn) {
+        self.req.probe = None;
         let mut i = self.sq.done;
         let mut rd_atomic = 0;
         loop {

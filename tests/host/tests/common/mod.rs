@@ -270,6 +270,9 @@ pub struct Pair {
     pub held: Option<(Vec<u8>, bool)>,
     /// Retransmit timeouts fired.
     pub timeouts: u32,
+    /// An outage: from the packet with this index on, everything is lost until this many
+    /// timeouts have fired (in time, not in packets: a timeout resends as much as it will).
+    pub outage: Option<(usize, u32)>,
 }
 
 pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
@@ -341,6 +344,7 @@ impl Pair {
             rng: Rng(0x9e37_79b9_7f4a_7c15),
             held: None,
             timeouts: 0,
+            outage: None,
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
             e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
@@ -410,6 +414,12 @@ impl Pair {
         let n = self.carried;
         self.carried += 1;
         if self.drop_nth == Some(n) {
+            return;
+        }
+        if self
+            .outage
+            .is_some_and(|(from, until)| n >= from && self.timeouts < until)
+        {
             return;
         }
         if let Some(f) = self.drop_if.as_mut() {
