@@ -36,6 +36,11 @@
 #                      on veth1, both in init_net; A is skipped) to validate the harness itself;
 #                      the rrxe counter checks are then skipped
 #   RRXE_REL_ITERS     pingpong/perftest iterations (50)
+#   RRXE_REL_PINGPONG  B.interop's pingpong tools (default "rc uc ud srq"); RRXE_REL_PERFTEST its
+#                      perftest tools (default "write_bw read_bw send_bw atomic_bw write_lat"; a
+#                      tool named twice runs twice); RRXE_REL_INTEGRITY=0 leaves out its
+#                      rrxe-integrity run. To repeat one case: RRXE_REL_ONLY=B.interop
+#                      RRXE_REL_PINGPONG= RRXE_REL_PERFTEST="read_bw read_bw ..." RRXE_REL_INTEGRITY=0
 #   RRXE_REL_SEED      integrity/ucloss seed (default: from the clock, printed)
 #   RRXE_REL_STEP_TIMEOUT  seconds per step (120); RRXE_REL_WC_TIMEOUT seconds per completion
 #                      under faults (30)
@@ -254,7 +259,7 @@ linkdown() {
 interop() {
   local tool sz
   {
-    for tool in rc uc ud srq; do
+    for tool in ${RRXE_REL_PINGPONG-rc uc ud srq}; do
       for sz in 64 16384; do
         local args=(-n "$ITERS" -s "$sz") nm=$sz
         if [ $tool = ud ] && [ $sz -gt 64 ]; then nm=$(active_mtu_bytes); args=(-n "$ITERS" -s "$nm"); fi
@@ -268,12 +273,15 @@ interop() {
     # max_qp_init_rd_atom (rrxe: 16) must refuse (EINVAL at RTS): both sides get -o with the
     # smaller of the two devices' limits.
     local outs; outs=$(min_rd_atom)
-    for tool in write_bw read_bw send_bw atomic_bw write_lat; do
+    snap perftest0
+    for tool in ${RRXE_REL_PERFTEST:-write_bw read_bw send_bw atomic_bw write_lat}; do
       local extra=()
       case $tool in write_bw|send_bw) extra=(-s 16384) ;; read_bw) extra=(-s 16384 -o "$outs") ;; atomic_bw) extra=(-o "$outs") ;; esac
       both_dirs "$TOPO.interop.perftest.$tool" "$row" -x ib_$tool -n "$ITERS" -F "${extra[@]}"
     done
+    snap perftest1; echo "INFO $TOPO.interop.perftest: counters that moved:"; show_deltas perftest0 perftest1
   }
+  [ "${RRXE_REL_INTEGRITY:-1}" = 0 ] && return
   sub "$TOPO.interop" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
     --ops 100 --ud-ops 40 --bursts 3 --atomic-counter 32 "${seed[@]}"
 }
