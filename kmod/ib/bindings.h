@@ -8,6 +8,7 @@
 #include <linux/sysfs.h>
 #include <linux/timer.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <net/route.h>
 #include <net/ipv6_stubs.h>
 #include <net/ip6_route.h>

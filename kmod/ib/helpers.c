@@ -136,6 +136,16 @@ void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *
 	timer_setup(timer, func, 0);
 }
 
+void rrxe_init_work(struct work_struct *work, void (*func)(struct work_struct *))
+{
+	INIT_WORK(work, func);
+}
+
+bool rrxe_queue_work_highpri(struct work_struct *work)
+{
+	return queue_work(system_highpri_wq, work);
+}
+
 unsigned long rrxe_usecs_to_jiffies(unsigned int us)
 {
 	return usecs_to_jiffies(us);

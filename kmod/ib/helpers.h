@@ -12,6 +12,7 @@
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/timer.h>
+#include <linux/workqueue.h>
 #include <net/netlink.h>
 #include <net/sock.h>
 #include <rdma/ib_verbs.h>
@@ -47,6 +48,10 @@ void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *
 unsigned long rrxe_usecs_to_jiffies(unsigned int us);
 unsigned long rrxe_jiffies(void);
 unsigned long rrxe_msecs_to_jiffies(unsigned int ms);
+
+/* work.rs */
+void rrxe_init_work(struct work_struct *work, void (*func)(struct work_struct *));
+bool rrxe_queue_work_highpri(struct work_struct *work);
 
 /* sysfs.rs (sysfs_emit is a static inline without CONFIG_SYSFS) */
 int rrxe_sysfs_emit_uint(char *buf, unsigned int v);

@@ -26,6 +26,7 @@ pub(crate) mod udata;
 pub(crate) mod udp;
 #[allow(dead_code)] // used by the transport engine
 pub(crate) mod umem;
+pub(crate) mod work;
 
 use kernel::error::Error;
 

@@ -11,8 +11,10 @@
 //! Every context bounds its work: a delivery may generate at most a budget of "bulk" packets
 //! (requester packets and READ responses; ACKs are not bulk and each packet delivered yields at
 //! most one), and its queue pushes back ([`Emit::Congested`]) when it fills. Work a context
-//! leaves undone (budget spent, a full queue, a congested wire) is resumed by the QP's
-//! continuation timer one jiffy later, in bounded rounds, or by the doorbell's next pass.
+//! leaves undone (budget spent, a full queue) is resumed at once by the QP's work item on the
+//! high-priority workqueue, in bounded rounds, or by the doorbell's next pass; what a congested
+//! wire (or an exhausted loopback pool) stopped resumes from the QP's pacing timer one jiffy
+//! later, so that a congested path paces itself.
 //!
 //! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
 //! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
@@ -28,6 +30,7 @@ use crate::ib::{
     ring::SharedRing,
     timer,
     udp::{LazyUdp, TxPath},
+    work,
 };
 use crate::logic::{
     idalloc,
@@ -52,7 +55,7 @@ pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 
 /// Packets a doorbell pass may send before the SQ lock is released.
 const BUDGET: u32 = 64;
-/// Passes one doorbell makes at most (then the continuation timer takes over).
+/// Passes one doorbell makes at most (then the continuation takes over).
 const MAX_PASSES: u32 = 1 << 16;
 /// Passes a kernel consumer's doorbell makes (it may not sleep between passes).
 const KERNEL_PASSES: u32 = 4;
@@ -640,7 +643,7 @@ pub(crate) struct Shell {
     /// When the retransmit timer is due (jiffies); `None` while stopped. An expiry before it
     /// (a timer restarted or stopped while its callback was already running) is stale.
     retry_at: Option<u64>,
-    /// Work was left that the continuation timer must resume.
+    /// Work was left that the continuation must resume.
     resume: bool,
     /// The wire refused a packet during the current call.
     congested: bool,
@@ -660,10 +663,13 @@ pub(crate) struct QpInner {
     /// is dropped.
     #[pin]
     timer: timer::Timer,
-    /// The continuation: resumes work a bounded context left (owed READ responses, a congested
-    /// wire, a spent budget) on the next tick.
+    /// The pacing timer: resumes what a congested wire stopped, on the next tick.
     #[pin]
     pace: timer::Timer,
+    /// The continuation: resumes at once, in process context, what a bounded context left
+    /// (owed READ responses, a spent budget, a kernel doorbell with interrupts off).
+    #[pin]
+    kick: work::Work,
     /// The retransmit timer.
     #[pin]
     retry: timer::Timer,
@@ -719,7 +725,7 @@ enum PassEnd {
     More,
     /// Nothing more to do now (the ring is empty, or the requester waits for the peer).
     Idle,
-    /// The wire pushed back: the continuation timer resumes; the doorbell ends.
+    /// The wire pushed back: the pacing timer resumes; the doorbell ends.
     Paced,
     /// The SQ ring is broken (the QP is in ERR): the doorbell ends.
     Broken,
@@ -758,6 +764,7 @@ impl QpInner {
             fabric: p.fabric,
             timer <- timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
             pace <- timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
+            kick <- work::Work::for_owner::<QpInner, 0>(),
             retry <- timer::Timer::for_owner::<QpInner, TIMER_RETRY>(),
         }? Error))
     }
@@ -766,6 +773,7 @@ impl QpInner {
     pub(crate) fn bind_timer(&self, me: &Arc<QpInner>) -> Result {
         self.timer.bind(me)?;
         self.pace.bind(me)?;
+        self.kick.bind(me)?;
         self.retry.bind(me)
     }
 
@@ -774,8 +782,10 @@ impl QpInner {
         self.srq.as_ref().map_or(0, |s| s.max_sge)
     }
 
-    /// Stops the timers for good (before the QP is freed).
+    /// Stops the continuation and the timers for good (before the QP is freed). The work item
+    /// goes first: a timer that fires meanwhile can no longer queue it.
     pub(crate) fn shutdown(&self) {
+        self.kick.shutdown_sync();
         self.timer.shutdown_sync();
         self.pace.shutdown_sync();
         self.retry.shutdown_sync();
@@ -786,14 +796,25 @@ impl QpInner {
         Ctx { qp: self, sh, out }
     }
 
-    /// Arms the continuation for the next tick if the call that just ended left work.
+    /// Schedules the continuation if the call that just ended left work: at once, or on the
+    /// next tick when the wire pushed back.
     fn finish(&self, sh: &mut Shell) {
         if core::mem::take(&mut sh.resume) {
-            self.resume_later();
+            if sh.congested {
+                self.pace_later();
+            } else {
+                self.resume_soon();
+            }
         }
     }
 
-    fn resume_later(&self) {
+    /// Resumes in process context as soon as a worker runs (the queued run, if there is one).
+    fn resume_soon(&self) {
+        self.kick.queue();
+    }
+
+    /// Resumes on the next tick.
+    fn pace_later(&self) {
         self.pace.arm_at(timer::now().wrapping_add(1));
     }
 
@@ -833,8 +854,9 @@ impl QpInner {
         }
     }
 
-    /// The continuation timer fired: bounded rounds of responder and requester, each followed
-    /// by local delivery; re-armed while work is left.
+    /// The continuation (work item or pacing timer): bounded rounds of responder and
+    /// requester, each followed by local delivery; scheduled again while work is left. A round
+    /// that could send nothing at all waits for the next tick rather than spin.
     fn resume(&self) {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
@@ -842,6 +864,7 @@ impl QpInner {
                 let again = {
                     let mut g = self.st.lock();
                     let d = &mut *g;
+                    let bulk_before = out.bulk;
                     let mut cx = self.ctx(&mut d.sh, &mut out);
                     self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
                     d.eng.flush_ack(&mut cx, &mut d.scratch);
@@ -855,6 +878,9 @@ impl QpInner {
                     if again {
                         // The next round decides afresh.
                         cx.sh.resume = false;
+                    } else if cx.out.bulk == bulk_before && cx.out.len == 0 {
+                        // No progress this round: pace instead of spinning.
+                        cx.sh.congested = true;
                     }
                     self.finish(cx.sh);
                     again
@@ -1018,7 +1044,7 @@ impl QpInner {
     /// `provider/src/ring/mod.rs`: BUSY is set only for passes that end in clear-BUSY, full
     /// fence, re-check of the producer. Passes repeat while the QP has work it can do now, with
     /// `cond_resched()` in between; a pending fatal signal, a broken ring or a congested wire
-    /// ends the doorbell (the continuation timer resumes what is left). Those three clear BUSY
+    /// ends the doorbell (the continuation resumes what is left). Those three clear BUSY
     /// without the re-check: the continuation pulls the ring itself (a broken ring is never
     /// read again), and a provider that sees BUSY clear rings again.
     pub(crate) fn doorbell(&self) -> Result {
@@ -1054,13 +1080,13 @@ impl QpInner {
             }
             if bh::fatal_signal_pending() {
                 ring.store_release(FLAGS, 0);
-                self.resume_later();
+                self.resume_soon();
                 return Ok(());
             }
             bh::cond_resched();
         }
         ring.store_release(FLAGS, 0);
-        self.resume_later();
+        self.resume_soon();
         Ok(())
     }
 
@@ -1140,12 +1166,12 @@ impl QpInner {
     }
 
     /// A kernel consumer's doorbell: never sleeps (ULPs post from softirq and under their own
-    /// spinlocks), so a few bounded passes, and the continuation timer for what is left.
+    /// spinlocks), so a few bounded passes, and the continuation for what is left.
     pub(crate) fn kernel_doorbell(&self) {
         if bh::irqs_disabled() {
             // Under the consumer's `spin_lock_irqsave`: nothing may be sent from here (the
             // stack's transmit path enables bottom halves); the continuation sends it.
-            self.resume_later();
+            self.resume_soon();
             return;
         }
         for _ in 0..KERNEL_PASSES {
@@ -1163,7 +1189,7 @@ impl QpInner {
                 return;
             }
         }
-        self.resume_later();
+        self.resume_soon();
     }
 
     /// Handles a packet for this QP (bottom halves disabled).
@@ -1242,6 +1268,12 @@ impl QpInner {
 const TIMER_RNR: u32 = 0;
 const TIMER_PACE: u32 = 1;
 const TIMER_RETRY: u32 = 2;
+
+impl work::WorkOwner for QpInner {
+    fn work_run(&self, _id: u32) {
+        self.resume();
+    }
+}
 
 impl timer::TimerOwner for QpInner {
     fn timer_fired(&self, id: u32) {
@@ -1693,7 +1725,9 @@ impl Env for Ctx<'_, '_> {
                     }
                 }
                 None => {
+                    // The device's loopback pool is lent out to other deliveries: pace.
                     fab.stats.add(Stat::TxDrops, 1);
+                    self.sh.congested = true;
                     self.sh.resume = true;
                     Emit::Congested
                 }
