@@ -804,16 +804,20 @@ where
     /// ACK once nothing is owed. Returns the packets sent.
     pub fn run_responder<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
         let mut sent = 0;
-        while sent < budget && self.state != QpState::Err {
+        'owed: while sent < budget && self.state != QpState::Err {
             let Some(i) = (0..self.resp.res_len)
                 .map(|k| self.resp.at(k))
                 .find(|&i| self.resp.res[i].pending())
             else {
                 break;
             };
-            sent += 1;
-            if self.emit_response(env, scratch, i) == Emit::Congested {
-                break;
+            // Resource `i` stays the oldest owed one until it is sent in full (a packet only
+            // advances `i`, or fails the QP): no new search per packet.
+            while sent < budget && self.state != QpState::Err && self.resp.res[i].pending() {
+                sent += 1;
+                if self.emit_response(env, scratch, i) == Emit::Congested {
+                    break 'owed;
+                }
             }
         }
         if sent < budget {
