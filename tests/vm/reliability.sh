@@ -70,7 +70,14 @@
 # have completed the WR with its REM_* status first (rxe_comp.c completes the WQE, then calls
 # rxe_qp_error()). So rxe moved its QP to ERR through a local path, and rxe's flush_send_queue()
 # reports every WQE still queued as WR_FLUSH_ERR, overwriting the status such a path sets
-# (rxe_req.c `err:`). Which path fired is unknown (the test kernel has no kprobes to trace it).
+# (rxe_req.c `err:`). The path showed itself in a later CI run and in a clean-clone run on
+# 2026-11-26: rdma_rxe WARNs at rxe_comp.c:827, WARN_ON_ONCE(wqe->status == IB_WC_SUCCESS) in
+# its COMPST_ERROR state, i.e. rxe_completer failed the WQE through one of check_ack()'s returns
+# of COMPST_ERROR that set no status: the opcode-sequence checks (a READ response whose opcode
+# does not follow the previous one, as reordering delivers them) or a READ response or atomic
+# ACK whose AETH is not an ACK. A reordered response is a reason to drop or retry, not to fail
+# the QP. That WARN is accepted in this suite only (RRXE_VM_KNOWN_SPLATS in tests/vm/run-all);
+# any other kernel report still fails the run.
 # Only that signature (a burst from rxe0 whose first bad completion is a flush) is XFAIL; any
 # other failure of the check still fails.
 xfail_sig_reorder='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9]+ [A-Z_]+ Work Request Flushed Error'
