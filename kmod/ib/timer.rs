@@ -131,11 +131,7 @@ impl Timer {
     /// it: `EINVAL` otherwise. From then on expiry calls `owner.timer_fired()`. The owner must
     /// call [`Timer::shutdown_sync`] before it starts dropping its other fields.
     pub(crate) fn bind<T: TimerOwner>(&self, owner: &kernel::sync::Arc<T>) -> Result {
-        let o = &**owner as *const T as usize;
-        let t = self as *const Self as usize;
-        if t < o || t + core::mem::size_of::<Self>() > o + core::mem::size_of::<T>() {
-            return Err(EINVAL);
-        }
+        let o = embedding_owner(self, owner)?;
         self.ctx.store(o, core::sync::atomic::Ordering::Release);
         Ok(())
     }
@@ -161,6 +157,18 @@ impl PinnedDrop for Timer {
     fn drop(self: Pin<&mut Self>) {
         self.shutdown_sync();
     }
+}
+
+/// The address of `owner` if `field` lies inside it (`EINVAL` otherwise): what a callback
+/// context word may hold for an embedded timer or work item ([`Timer::bind`],
+/// [`super::work::Work::bind`]).
+pub(crate) fn embedding_owner<F, T>(field: &F, owner: &kernel::sync::Arc<T>) -> Result<usize> {
+    let o = &**owner as *const T as usize;
+    let f = field as *const F as usize;
+    if f < o || f + core::mem::size_of::<F>() > o + core::mem::size_of::<T>() {
+        return Err(EINVAL);
+    }
+    Ok(o)
 }
 
 /// The current time in jiffies.

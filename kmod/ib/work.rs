@@ -74,11 +74,7 @@ impl Work {
     /// Connects this item (created by [`Work::for_owner`]) to `owner`, which must embed it:
     /// `EINVAL` otherwise. Until then a run does nothing.
     pub(crate) fn bind<T: WorkOwner>(&self, owner: &kernel::sync::Arc<T>) -> Result {
-        let o = &**owner as *const T as usize;
-        let w = self as *const Self as usize;
-        if w < o || w + core::mem::size_of::<Self>() > o + core::mem::size_of::<T>() {
-            return Err(EINVAL);
-        }
+        let o = super::timer::embedding_owner(self, owner)?;
         self.ctx.store(o, Ordering::Release);
         Ok(())
     }
