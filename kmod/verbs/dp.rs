@@ -676,6 +676,8 @@ pub(crate) struct QpInner {
     pub(crate) qpn: u32,
     pd: usize,
     max_recv_sge: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
     #[pin]
     pub(crate) st: SpinLock<QpData>,
     /// Serialises a kernel consumer's producers of the SQ and RQ rings (user QPs never take it:
@@ -696,6 +698,10 @@ pub(crate) struct QpParts {
     pub(crate) qpn: u32,
     pub(crate) pd: usize,
     pub(crate) max_recv_sge: u32,
+    /// The capacities answered at create (`max_send_wr`, `max_recv_wr`): a kernel consumer's
+    /// post beyond them fails with `ENOMEM` (the provider bounds a user QP's).
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
     pub(crate) eng: Eng,
     pub(crate) sq: Option<(SharedRing, u32, usize)>,
     pub(crate) rq: Option<(SharedRing, u32, usize)>,
@@ -753,6 +759,8 @@ impl QpInner {
             qpn: p.qpn,
             pd: p.pd,
             max_recv_sge: p.max_recv_sge,
+            max_send_wr: p.max_send_wr,
+            max_recv_wr: p.max_recv_wr,
             st <- new_spinlock!(data, "rrxe:qp"),
             kpost <- new_spinlock!((), "rrxe:qp_kpost"),
             sq: p.sq,
@@ -962,7 +970,9 @@ impl QpInner {
         })
     }
 
-    /// Moves new WQEs from the shared SQ into the engine. Returns whether the ring still has
+    /// Moves new WQEs from the shared SQ into the engine (the engine's private SQ has the
+    /// ring's geometry, and the ring's consumer index only moves when a WR retires, so it always
+    /// has room for what the ring holds). Returns whether the ring still has
     /// WQEs the engine had no room for. A producer index out of range breaks the ring for good:
     /// the QP goes to ERR (QP_FATAL on that transition only) and the ring is not read again.
     fn pull_sq(&self, eng: &mut Eng, cx: &mut Ctx<'_, '_>) -> bool {
@@ -992,12 +1002,11 @@ impl QpInner {
             if ring.read(off, &mut slot[..len]).is_err() {
                 break;
             }
-            eng.sq_pushed(cx);
+            // Taken (the engine has its copy); the slot stays held until the WR retires
+            // (`Env::sq_retired` publishes the consumer index).
             cx.sh.sq_cons = cx.sh.sq_cons.wrapping_add(1);
+            eng.sq_pushed(cx);
             n += 1;
-        }
-        if n > 0 {
-            ring.store_release(CONS, cx.sh.sq_cons);
         }
         n < avail
     }
@@ -1091,18 +1100,19 @@ impl QpInner {
     }
 
     /// Writes one slot of a kernel consumer's ring with `write(ring, offset)` and publishes it.
-    /// The producer index is ours alone (under `kpost`); `ENOMEM` when the ring is full.
+    /// The producer index is ours alone (under `kpost`); `ENOMEM` when `cap` WRs are already
+    /// held (for the SQ: posted and not yet completed).
     fn kernel_produce(
         &self,
         ring: &SharedRing,
-        slots: u32,
+        (slots, cap): (u32, u32),
         slot_size: usize,
         write: impl FnOnce(&SharedRing, usize) -> Result,
     ) -> Result {
         with_bh_disabled(|| {
             let _g = self.kpost.lock();
             let prod = ring.load_acquire(PROD);
-            if prod.wrapping_sub(ring.load_acquire(CONS)) >= slots {
+            if prod.wrapping_sub(ring.load_acquire(CONS)) >= cap.min(slots) {
                 return Err(ENOMEM);
             }
             write(ring, HDR + (prod & (slots - 1)) as usize * slot_size)?;
@@ -1117,7 +1127,7 @@ impl QpInner {
         let Some((ring, slots, slot_size)) = &self.sq else {
             return Err(EINVAL);
         };
-        self.kernel_produce(ring, *slots, *slot_size, |r, off| {
+        self.kernel_produce(ring, (*slots, self.max_send_wr), *slot_size, |r, off| {
             let body = off + size_of::<SendWqe>();
             if body + inline.len().max(sges.len() * size_of::<Sge>()) > off + *slot_size {
                 return Err(EINVAL);
@@ -1140,7 +1150,7 @@ impl QpInner {
         if sges.len() > self.max_recv_sge as usize {
             return Err(EINVAL);
         }
-        self.kernel_produce(ring, *slots, *slot_size, |r, off| {
+        self.kernel_produce(ring, (*slots, self.max_recv_wr), *slot_size, |r, off| {
             write_recv_slot(r, off, *slot_size, wr_id, sges)
         })?;
         self.flush_if_err_now();
@@ -1607,6 +1617,14 @@ impl MrView<'_> {
 }
 
 impl Env for Ctx<'_, '_> {
+    fn sq_retired(&mut self, outstanding: u32) {
+        // The ring slot of the oldest WR still outstanding: the WRs taken and not retired are
+        // the `outstanding` ones just below `sq_cons`.
+        if let Some((ring, _, _)) = &self.qp.sq {
+            ring.store_release(CONS, self.sh.sq_cons.wrapping_sub(outstanding));
+        }
+    }
+
     fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError> {
         if len == 0 {
             return Ok(());

@@ -305,6 +305,8 @@ pub(super) fn create(
         qpn,
         pd: pd as *const RrxePd as usize,
         max_recv_sge: init.cap.max_recv_sge,
+        max_send_wr: init.cap.max_send_wr,
+        max_recv_wr: init.cap.max_recv_wr,
         eng,
         sq,
         rq,

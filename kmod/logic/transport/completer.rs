@@ -2,7 +2,7 @@
 //! The completer: takes ACKs, NAKs and responses, places READ and atomic results, completes
 //! send WRs strictly in SQ order, and tells the requester when to go back N.
 
-use super::{cqe, wc_status, wqe, CqSel, Engine, Env, Resource, SqEntry, Stat, WrKind};
+use super::{cqe, wc_status, wqe, Engine, Env, Resource, SqEntry, Stat, WrKind};
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
@@ -39,9 +39,10 @@ where
             if status == wc_status::SUCCESS {
                 c.byte_len = e.len;
             }
-            self.post(env, CqSel::Send, &c);
+            self.retire_front(env, Some(&c));
+        } else {
+            self.retire_front(env, None);
         }
-        self.sq.done = idx.wrapping_add(1);
     }
 
     /// Fails the WR that holds `psn` (the oldest outstanding one when none does) with

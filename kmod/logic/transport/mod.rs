@@ -179,6 +179,13 @@ pub trait Env {
     fn set_retry_timer(&mut self, usecs: Option<u64>);
     /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
     fn stat(&mut self, s: Stat, n: u64);
+    /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
+    /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
+    /// that sees the completion also sees the slot free again: a WR holds its SQ slot until it
+    /// completes, and `max_send_wr` bounds the WRs outstanding, as the IBTA counts them.
+    fn sq_retired(&mut self, outstanding: u32) {
+        let _ = outstanding;
+    }
     /// Fast registration (a kernel consumer's REG_MR, executed in SQ order): the
     /// fast-registration MR whose index `key` names becomes valid under `key` for `len` bytes
     /// at `iova` with `access`, over the pages mapped into it. `Err`: the completion status.
@@ -659,6 +666,16 @@ where
         self.settle(env);
     }
 
+    /// Retires the oldest send WR: its slot is released (see [`Env::sq_retired`]), then its
+    /// completion, if any, is posted.
+    pub(super) fn retire_front<E: Env>(&mut self, env: &mut E, c: Option<&Cqe>) {
+        self.sq.done = self.sq.done.wrapping_add(1);
+        env.sq_retired(self.sq.head.wrapping_sub(self.sq.done));
+        if let Some(c) = c {
+            self.post(env, CqSel::Send, c);
+        }
+    }
+
     /// Posts a completion; a full CQ moves the QP to ERR at the end of the current call.
     fn post<E: Env>(&mut self, env: &mut E, cq: CqSel, c: &Cqe) {
         if !env.complete(cq, c) {
@@ -710,8 +727,7 @@ where
                 e.kind.wc_opcode(),
                 qpn,
             );
-            self.post(env, CqSel::Send, &c);
-            self.sq.done = i.wrapping_add(1);
+            self.retire_front(env, Some(&c));
         }
         self.sq.next = self.sq.head;
         self.req.on_flush();

@@ -152,6 +152,7 @@ fn send_with_invalidate_invalidates_the_responders_rkey() {
         );
         let h = unsafe_free_bytes(&w);
         p.b.sq_slot_mut().unwrap()[..h.len()].copy_from_slice(&h);
+        p.sb.sq_log.push(w.wr_id);
         p.b.sq_pushed(&mut p.sb);
     }
     p.run();

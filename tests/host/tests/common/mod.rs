@@ -47,6 +47,10 @@ pub struct Side {
     pub rq_takes: u32,
     /// Local operations executed, in order: ("reg" | "inv" | "remote-inv", key).
     pub local_ops: Vec<(&'static str, u32)>,
+    /// `wr_id`s of the send WRs pushed, in SQ order, and how many of them the engine released
+    /// (`Env::sq_retired`): every send completion must come after its WR's release.
+    pub sq_log: Vec<u64>,
+    pub sq_released: usize,
 }
 
 impl Side {
@@ -156,6 +160,13 @@ impl Env for Side {
         Emit::Sent
     }
     fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool {
+        if cq == CqSel::Send {
+            assert!(
+                self.sq_log[..self.sq_released].contains(&cqe.wr_id),
+                "send completion of wr_id {:#x} before its SQ slot was released",
+                cqe.wr_id
+            );
+        }
         let q = match cq {
             CqSel::Send => &mut self.send_cq,
             CqSel::Recv => &mut self.recv_cq,
@@ -168,6 +179,11 @@ impl Env for Side {
     }
     fn event(&mut self, ev: Event) {
         self.events.push(ev);
+    }
+    fn sq_retired(&mut self, outstanding: u32) {
+        let released = self.sq_log.len() - outstanding as usize;
+        assert!(released > self.sq_released, "release without progress");
+        self.sq_released = released;
     }
     fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake {
         self.rq_takes += 1;
@@ -384,6 +400,7 @@ impl Pair {
             off += 16;
         }
         slot[h.len()..h.len() + inline.len()].copy_from_slice(inline);
+        self.sa.sq_log.push(w.wr_id);
         self.a.sq_pushed(&mut self.sa);
     }
 
