@@ -38,13 +38,16 @@ impl Drop for Devices {
 }
 
 /// Module state. Fields drop in order: no new links, then no devices, then no notifier, then
-/// no receive table, then no namespace-exit hook (the devices closed their sockets).
+/// no receive table, then no namespace-exit hook (the devices closed their sockets), then a
+/// wait for our skbs still in the network stack (their destructor is our code).
 struct RrxeModule {
     _links: LinkRegistration<Links>,
     _devices: Devices,
     _notifier: Pin<KBox<NetdevNotifier<Arc<Registry<Rrxe>>>>>,
     _rxtable: ib::rxtable::RxTable,
     _netns_exit: Pin<KBox<ib::udp::NetnsExit>>,
+    /// Last: the skbs still in the network stack run our destructor when freed.
+    _skbs: ib::inflight::DrainOnUnload,
 }
 
 impl kernel::Module for RrxeModule {
@@ -62,6 +65,7 @@ impl kernel::Module for RrxeModule {
             _notifier: notifier,
             _rxtable: rxtable,
             _netns_exit: netns_exit,
+            _skbs: ib::inflight::DrainOnUnload,
         })
     }
 }

@@ -256,6 +256,18 @@ struct sk_buff *rrxe_alloc_skb(unsigned int size, gfp_t gfp)
 	return alloc_skb(size, gfp);
 }
 
+void rrxe_skb_set_destructor(struct sk_buff *skb, void (*destructor)(struct sk_buff *),
+			     void *arg)
+{
+	skb_shinfo(skb)->destructor_arg = arg;
+	skb->destructor = destructor;
+}
+
+void *rrxe_skb_destructor_arg(struct sk_buff *skb)
+{
+	return skb_shinfo(skb)->destructor_arg;
+}
+
 void rrxe_skb_reserve(struct sk_buff *skb, int len)
 {
 	skb_reserve(skb, len);

@@ -82,6 +82,9 @@ int rrxe_skb_linearize(struct sk_buff *skb);
 unsigned char *rrxe_skb_network_header(const struct sk_buff *skb);
 void rrxe_kfree_skb(struct sk_buff *skb);
 struct sk_buff *rrxe_alloc_skb(unsigned int size, gfp_t gfp);
+void rrxe_skb_set_destructor(struct sk_buff *skb, void (*destructor)(struct sk_buff *),
+			     void *arg);
+void *rrxe_skb_destructor_arg(struct sk_buff *skb);
 void rrxe_skb_reserve(struct sk_buff *skb, int len);
 int rrxe_ll_reserved_space(const struct net_device *dev);
 int rrxe_ip4_dst_hoplimit(const struct dst_entry *dst);

@@ -26,6 +26,7 @@
 //! interface), but the engine should not rely on more than "some netdev of this namespace".
 
 use super::bindings as b;
+use super::inflight::{Gauge, TxWaker};
 use super::netdev::NetDev;
 use core::{
     cell::UnsafeCell,
@@ -33,7 +34,7 @@ use core::{
     ptr::{self, NonNull},
     sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering},
 };
-use kernel::{prelude::*, types::Opaque};
+use kernel::{prelude::*, sync::Arc, types::Opaque};
 
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_V2_UDP_DPORT: u16 = 4791;
@@ -476,10 +477,18 @@ impl UdpHandle {
     /// `EHOSTUNREACH`, `EINVAL` for a source address that is not local, ...) or a negative errno
     /// of the output path. Callable in softirq and process context (not with hard interrupts
     /// disabled); does not sleep.
-    pub(crate) fn xmit(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
+    ///
+    /// The skb is charged to `gauge` (see [`Gauge::charge`]) when one is given.
+    pub(crate) fn xmit<T: TxWaker>(
+        &self,
+        netdev: &NetDev,
+        path: &TxPath,
+        pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
+    ) -> Result<(), XmitError> {
         // Bottom halves disabled: an RCU read-side section, which keeps the sockets and the
         // namespace alive against `Entry::close` (type invariant of `Entry`).
-        let r = super::bh::with_bh_disabled(|| self.xmit_inner(netdev, path, pkt));
+        let r = super::bh::with_bh_disabled(|| self.xmit_inner(netdev, path, pkt, gauge));
         if r.is_ok() {
             inc(&COUNTERS.tx_packets);
         }
@@ -487,7 +496,13 @@ impl UdpHandle {
     }
 
     /// Must run with bottom halves disabled.
-    fn xmit_inner(&self, netdev: &NetDev, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
+    fn xmit_inner<T: TxWaker>(
+        &self,
+        netdev: &NetDev,
+        path: &TxPath,
+        pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
+    ) -> Result<(), XmitError> {
         let e = self.entry();
         let sock = if path.is_v4 { &e.sock4 } else { &e.sock6 };
         let s = sock.load(Ordering::Acquire);
@@ -511,14 +526,19 @@ impl UdpHandle {
         // (and `e.net`) stays alive until we return (type invariant of `Entry`).
         let sk: *mut b::sock = unsafe { (*s).sk }.cast();
         if path.is_v4 {
-            Self::xmit4(e.net, sk, netdev, path, pkt)
+            Self::xmit4(e.net, sk, netdev, path, pkt, gauge)
         } else {
-            Self::xmit6(e.net, sk, netdev, path, pkt)
+            Self::xmit6(e.net, sk, netdev, path, pkt, gauge)
         }
     }
 
-    /// Allocates an skb with `headroom` bytes of headroom and `pkt` as its data.
-    fn build_skb(headroom: usize, pkt: &[u8]) -> Result<*mut b::sk_buff, XmitError> {
+    /// Allocates an skb with `headroom` bytes of headroom and `pkt` as its data, charged to
+    /// `gauge` if given.
+    fn build_skb<T: TxWaker>(
+        headroom: usize,
+        pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
+    ) -> Result<*mut b::sk_buff, XmitError> {
         // Both fit in `u32`: `pkt` was bounded by `xmit`, the headroom is a few hundred bytes.
         // SAFETY: `alloc_skb` with GFP_ATOMIC may be called in any context.
         let skb = unsafe { b::rrxe_alloc_skb((headroom + pkt.len()) as u32, b::GFP_ATOMIC) };
@@ -534,16 +554,22 @@ impl UdpHandle {
             let data = b::skb_put(skb, pkt.len() as u32).cast::<u8>();
             ptr::copy_nonoverlapping(pkt.as_ptr(), data, pkt.len());
         }
+        if let Some(g) = gauge {
+            // SAFETY: a new skb of ours from `alloc_skb`, not yet handed to anyone: no
+            // destructor, no zero-copy state.
+            unsafe { g.charge(skb) };
+        }
         Ok(skb)
     }
 
     /// IPv4: `net` and `sk` are the live namespace and socket (see `xmit_inner`).
-    fn xmit4(
+    fn xmit4<T: TxWaker>(
         net: *mut b::net,
         sk: *mut b::sock,
         netdev: &NetDev,
         path: &TxPath,
         pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
     ) -> Result<(), XmitError> {
         let saddr =
             u32::from_ne_bytes([path.sgid[12], path.sgid[13], path.sgid[14], path.sgid[15]]);
@@ -579,7 +605,7 @@ impl UdpHandle {
                 ttl,
             )
         };
-        let skb = match Self::build_skb(headroom, pkt) {
+        let skb = match Self::build_skb(headroom, pkt, gauge) {
             Ok(skb) => skb,
             Err(err) => {
                 // SAFETY: we own the route's reference and give it back.
@@ -633,12 +659,13 @@ impl UdpHandle {
     /// rather than through `udp_tunnel6_xmit_skb`: in 6.12 that returns `void` and, with no
     /// tunnel netdev to count on, drops `ip6_local_out`'s result, which is the only signal of a
     /// drop or of back-pressure.
-    fn xmit6(
+    fn xmit6<T: TxWaker>(
         net: *mut b::net,
         sk: *mut b::sock,
         netdev: &NetDev,
         path: &TxPath,
         pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
     ) -> Result<(), XmitError> {
         let label = path.flow_label & 0xf_ffff;
         let mut fl = b::flowi6::default();
@@ -692,7 +719,7 @@ impl UdpHandle {
             };
             return Err(e.into());
         }
-        let skb = match Self::build_skb(headroom, pkt) {
+        let skb = match Self::build_skb(headroom, pkt, gauge) {
             Ok(skb) => skb,
             Err(err) => {
                 // SAFETY: we own the reference and give it back.
@@ -1051,13 +1078,18 @@ impl LazyUdp {
 
     /// Sends through the sockets ([`UdpHandle::xmit`]); `Failed(ENOTCONN)` before
     /// [`LazyUdp::open`].
-    pub(crate) fn xmit(&self, path: &TxPath, pkt: &[u8]) -> Result<(), XmitError> {
+    pub(crate) fn xmit<T: TxWaker>(
+        &self,
+        path: &TxPath,
+        pkt: &[u8],
+        gauge: Option<&Arc<Gauge<T>>>,
+    ) -> Result<(), XmitError> {
         let p = self.handle.load(Ordering::Acquire);
         if p.is_null() {
             return Err(errno(b::ENOTCONN).into());
         }
         // SAFETY: by the type invariant a non-null handle lives until `drop`.
-        unsafe { &*p }.xmit(&self.netdev, path, pkt)
+        unsafe { &*p }.xmit(&self.netdev, path, pkt, gauge)
     }
 }
 

@@ -64,6 +64,9 @@ pub enum Stat {
     RxBadResponses,
     /// Packets the stack refused or dropped on transmit (NET_XMIT_DROP/CN, no route, no memory).
     TxDrops,
+    /// Times a QP stopped sending because it had 64 packets in the network stack not yet freed
+    /// (it resumes when they fall below 16).
+    TxInflightWaits,
     /// Completions lost to a full CQ.
     CqOverflows,
 }
@@ -100,6 +103,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RxDroppedMsgs,
     Stat::RxBadResponses,
     Stat::TxDrops,
+    Stat::TxInflightWaits,
     Stat::CqOverflows,
 ];
 
@@ -133,6 +137,7 @@ pub const NAMES: [&str; COUNT] = [
     "rx_dropped_msgs\0",
     "rx_bad_responses\0",
     "tx_drops\0",
+    "tx_inflight_waits\0",
     "cq_overflows\0",
 ];
 

@@ -23,6 +23,7 @@ use super::av::Path;
 use super::stats::DevStats;
 use crate::ib::{
     bh::{self, synchronize_rcu, with_bh_disabled},
+    inflight::{self, Gauge, TxWaker},
     kmem::KernelVirt,
     kverbs::Wc,
     netdev::NetDev,
@@ -258,7 +259,7 @@ impl Fabric {
 
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
     /// refused or dropped it).
-    fn send(&self, path: &Path, sport: u16, pkt: &[u8]) -> bool {
+    fn send(&self, path: &Path, sport: u16, pkt: &[u8], gauge: &Arc<Gauge<QpInner>>) -> bool {
         let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
             return false;
         };
@@ -271,7 +272,7 @@ impl Fabric {
             hop_limit: path.hop_limit,
             flow_label: path.av.flow_label,
         };
-        self.udp.xmit(&tx, pkt).is_ok()
+        self.udp.xmit(&tx, pkt, Some(gauge)).is_ok()
     }
 }
 
@@ -647,6 +648,8 @@ pub(crate) struct Shell {
     resume: bool,
     /// The wire refused a packet during the current call.
     congested: bool,
+    /// The QP has [`inflight::HIGH`] skbs in the network stack: its gauge wakes it (no timer).
+    capped: bool,
 }
 
 /// Engine state of a QP (guarded by the QP lock).
@@ -673,6 +676,8 @@ pub(crate) struct QpInner {
     /// The retransmit timer.
     #[pin]
     retry: timer::Timer,
+    /// This QP's skbs in the network stack (capped at [`inflight::HIGH`]).
+    gauge: Arc<Gauge<QpInner>>,
     pub(crate) qpn: u32,
     pd: usize,
     max_recv_sge: u32,
@@ -749,13 +754,16 @@ impl QpInner {
             retry_at: None,
             resume: false,
             congested: false,
+            capped: false,
         };
         let data = QpData {
             eng: p.eng,
             scratch,
             sh,
         };
+        let gauge = Gauge::new()?;
         Ok(try_pin_init!(QpInner {
+            gauge,
             qpn: p.qpn,
             pd: p.pd,
             max_recv_sge: p.max_recv_sge,
@@ -785,6 +793,12 @@ impl QpInner {
         self.retry.bind(me)
     }
 
+    /// Lets the transmit gauge wake this QP. The last step of creation: from here on only
+    /// [`QpInner::shutdown`] breaks the reference cycle it makes.
+    pub(crate) fn attach_gauge(&self, me: &Arc<QpInner>) {
+        self.gauge.attach(me.clone());
+    }
+
     /// The SRQ's SGE limit (0 without an SRQ).
     pub(crate) fn srq_max_sge(&self) -> u32 {
         self.srq.as_ref().map_or(0, |s| s.max_sge)
@@ -793,6 +807,9 @@ impl QpInner {
     /// Stops the continuation and the timers for good (before the QP is freed). The work item
     /// goes first: a timer that fires meanwhile can no longer queue it.
     pub(crate) fn shutdown(&self) {
+        // First: the gauge's reference to this QP (a cycle until now) goes, and no skb
+        // destructor can queue the work item afterwards.
+        self.gauge.detach();
         self.kick.shutdown_sync();
         self.timer.shutdown_sync();
         self.pace.shutdown_sync();
@@ -801,6 +818,7 @@ impl QpInner {
 
     fn ctx<'a, 'o>(&'a self, sh: &'a mut Shell, out: &'a mut Outbox<'o>) -> Ctx<'a, 'o> {
         sh.congested = false;
+        sh.capped = false;
         Ctx { qp: self, sh, out }
     }
 
@@ -808,12 +826,33 @@ impl QpInner {
     /// next tick when the wire pushed back.
     fn finish(&self, sh: &mut Shell) {
         if core::mem::take(&mut sh.resume) {
-            if sh.congested {
+            if sh.capped {
+                // The gauge calls `tx_room` when the stack has freed enough of our skbs.
+            } else if sh.congested {
                 self.pace_later();
             } else {
                 self.resume_soon();
             }
         }
+    }
+
+    /// Packets the QP may still hand to the network stack (its skbs in flight are capped at
+    /// [`inflight::HIGH`], as rdma_rxe caps them at 64); unbounded on a loopback path, which
+    /// makes no skbs. 0 marks the shell `capped`: the gauge wakes the QP when room comes back.
+    fn wire_room(&self, sh: &mut Shell) -> u32 {
+        if sh.path.is_some_and(|p| p.loopback) {
+            return u32::MAX;
+        }
+        let n = self.gauge.in_flight();
+        if n < inflight::HIGH {
+            return inflight::HIGH - n;
+        }
+        if self.gauge.has_room() {
+            return 1;
+        }
+        sh.capped = true;
+        self.fabric.stats.add(Stat::TxInflightWaits, 1);
+        0
     }
 
     /// Resumes in process context as soon as a worker runs (the queued run, if there is one).
@@ -830,7 +869,7 @@ impl QpInner {
     /// continuation when it stops with work left for a reason other than the RC window or
     /// `max_rd_atomic` (those reopen with an ACK).
     fn run_req(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>, max: u32) -> u32 {
-        let b = max.min(cx.out.room());
+        let b = max.min(cx.out.room()).min(self.wire_room(cx.sh));
         if b == 0 {
             if eng.requester_ready() {
                 cx.sh.resume = true;
@@ -852,7 +891,7 @@ impl QpInner {
         if !eng.responder_pending() {
             return;
         }
-        let b = tp::READ_BURST.min(cx.out.room());
+        let b = tp::READ_BURST.min(cx.out.room()).min(self.wire_room(cx.sh));
         if b > 0 {
             let sent = eng.run_responder(cx, scratch, b);
             cx.out.spend(sent);
@@ -1278,6 +1317,12 @@ impl QpInner {
 const TIMER_RNR: u32 = 0;
 const TIMER_PACE: u32 = 1;
 const TIMER_RETRY: u32 = 2;
+
+impl TxWaker for QpInner {
+    fn tx_room(&self) {
+        self.resume_soon();
+    }
+}
 
 impl work::WorkOwner for QpInner {
     fn work_run(&self, _id: u32) {
@@ -1751,7 +1796,7 @@ impl Env for Ctx<'_, '_> {
                 }
             };
         }
-        if fab.send(&path, sport, pkt) {
+        if fab.send(&path, sport, pkt, &self.qp.gauge) {
             fab.stats.add(Stat::SentPkts, 1);
             fab.stats.add(Stat::SentBytes, pkt.len() as u64);
             Emit::Sent

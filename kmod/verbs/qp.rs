@@ -319,6 +319,7 @@ pub(super) fn create(
     let inner = Arc::pin_init(QpInner::new(parts)?, GFP_KERNEL_ACCOUNT)?;
     inner.bind_timer(&inner)?;
     data.fabric.qps.insert(qpn, inner.clone())?;
+    inner.attach_gauge(&inner);
     release.dismiss();
     let qp = RrxeQp {
         qpn,

@@ -18,6 +18,10 @@
 #                 retransmit timer can do it); link pulled: IBV_WC_RETRY_EXC_ERR within 4 x 4.096 us x 2^timeout x
 #                 (retry_cnt + 1) (+ slack), the rest flushed (rrxe-linkdown); link back up:
 #                 a fresh ibv_rc_pingpong works
+#      inflight   netem delay 20 ms on veth0 only (rrxe0's skbs wait in its qdisc): one RC QP
+#                 (ib_write_bw 64 KiB, client rrxe0) never has more than 64 packets in the
+#                 qdisc (sampled backlog; without the cap it reaches the RC window, 512), the
+#                 run completes, and rrxe0's tx_inflight_waits counter moves
 #   B  rxe0 (rdma_rxe, veth0, init_net) <-> rrxe1 (veth1, netns "peer")
 #      interop    ibv_{rc,uc,ud,srq}_pingpong at 64 B and 16 KiB (UD: the MTU), perftest
 #                 ib_{write,read,send,atomic}_bw and ib_write_lat, in both directions (server on
@@ -29,8 +33,8 @@
 #   RRXE_VM_TESTS=reliability tests/vm/run-all
 #
 # Environment:
-#   RRXE_REL_ONLY      subset of: A.lossless A.faults A.ucloss A.linkdown B.interop B.faults
-#                      B.ucloss B.linkdown (default all)
+#   RRXE_REL_ONLY      subset of: A.lossless A.faults A.ucloss A.linkdown A.inflight B.interop
+#                      B.faults B.ucloss B.linkdown (default all)
 #   RRXE_REL_SETTINGS  subset of the netem settings: loss1 loss10 reorder dup5 corrupt2
 #   RRXE_REL_B         rrxe (default) or rxe: B with rdma_rxe on both ends (rxe0 on veth0, rxe1
 #                      on veth1, both in init_net; A is skipped) to validate the harness itself;
@@ -99,7 +103,7 @@ T=${RRXE_REL_STEP_TIMEOUT:-120}
 WCT=${RRXE_REL_WC_TIMEOUT:-30}
 ITERS=${RRXE_REL_ITERS:-50}
 BPEER=${RRXE_REL_B:-rrxe}
-only=" ${RRXE_REL_ONLY:-A.lossless A.faults A.ucloss A.linkdown B.interop B.faults B.ucloss B.linkdown} "
+only=" ${RRXE_REL_ONLY:-A.lossless A.faults A.ucloss A.linkdown A.inflight B.interop B.faults B.ucloss B.linkdown} "
 settings=" ${RRXE_REL_SETTINGS:-loss1 loss10 reorder dup5 corrupt2} "
 part() { [[ $only == *" $1 "* ]]; }
 uc_rxe_bug() { local d; for d in "$@"; do echo "$d.ucloss.some_delivered $d.ucloss.still_works"; done; }
@@ -261,6 +265,33 @@ linkdown() {
   fi
 }
 
+# inflight: the per-QP cap on skbs in the network stack (see the header).
+inflight() {
+  local row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)' mon max w
+  if ! "${NS0[@]}" tc qdisc replace dev veth0 root netem delay 20ms limit 100000; then
+    fail "$TOPO.inflight.netem" "tc failed"; return
+  fi
+  rm -f /tmp/inflight.max; echo 0 > /tmp/inflight.max
+  ( m=0
+    while :; do
+      p=$("${NS0[@]}" tc -s qdisc show dev veth0 | sed -nE 's/.*backlog [0-9]+[KMG]?b ([0-9]+)p.*/\1/p' | head -1)
+      if [ "${p:-0}" -gt "$m" ]; then m=$p; echo "$m" > /tmp/inflight.max; fi
+      sleep 0.01
+    done ) &
+  mon=$!
+  snap before
+  xpair "$TOPO.inflight.write_bw" "$row" 1 -x ib_write_bw -n 100 -s 65536 -F
+  snap after
+  kill "$mon"; wait "$mon" 2>/dev/null
+  netem_off
+  max=$(cat /tmp/inflight.max)
+  echo "    qdisc backlog of veth0 at most $max packets"
+  if [ "$max" -gt 0 ] && [ "$max" -le 64 ]; then pass "$TOPO.inflight.qdisc_backlog_le_64"
+  else fail "$TOPO.inflight.qdisc_backlog_le_64" "sampled maximum $max packets"; fi
+  if w=$(delta tx_inflight_waits before after) && [ "$w" -gt 0 ]; then pass "$TOPO.inflight.waits_counted"
+  else fail "$TOPO.inflight.waits_counted" "tx_inflight_waits +${w:-?}"; fi
+}
+
 interop() {
   local tool sz
   {
@@ -302,12 +333,13 @@ active_mtu_bytes() {
 }
 
 # --- A
-if [ "$BPEER" != rxe ] && { part A.lossless || part A.faults || part A.ucloss || part A.linkdown; }; then
+if [ "$BPEER" != rxe ] && { part A.lossless || part A.faults || part A.ucloss || part A.linkdown || part A.inflight; }; then
   if topo_a; then
     part A.lossless && { lossless; elapsed A.lossless; }
     part A.faults && { faults; elapsed A.faults; }
     part A.ucloss && { ucloss; elapsed A.ucloss; }
     part A.linkdown && { linkdown; elapsed A.linkdown; }
+    part A.inflight && { inflight; elapsed A.inflight; }
   fi
 fi
 # --- B

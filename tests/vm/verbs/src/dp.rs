@@ -270,7 +270,7 @@ pub fn to_rts_with(
         qp_access_flags: IBV_ACCESS_REMOTE_WRITE
             | IBV_ACCESS_REMOTE_READ
             | IBV_ACCESS_REMOTE_ATOMIC,
-        ..Default::default()
+        ..zeroed()
     };
     let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
     mask |= if t == IBV_QPT_UD {
@@ -377,13 +377,13 @@ pub fn poll_once(cq: &Cq, wc: &mut [ibv_wc]) -> Result<usize, String> {
 /// Polls until `n` completions arrived or `timeout` passed (then: what arrived, and an error).
 pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<ibv_wc>, (Vec<ibv_wc>, String)> {
     let mut got: Vec<ibv_wc> = Vec::with_capacity(n);
-    let mut buf = [ibv_wc::default(); 16];
+    let mut buf = zeroed::<[ibv_wc; 16]>();
     let end = Instant::now() + timeout;
     let mut spins = 0u32;
     while got.len() < n {
         let want = (n - got.len()).min(buf.len());
         match poll_once(cq, &mut buf[..want]) {
-            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Ok(k) => got.extend(buf[..k].iter().map(Zeroed::bitcopy)),
             Err(e) => return Err((got, e)),
         }
         if got.len() >= n {
@@ -405,12 +405,12 @@ pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<ibv_wc>, (Vec<
 pub fn drain(cq: &Cq, grace: Duration) -> Vec<ibv_wc> {
     std::thread::sleep(grace);
     let mut out = Vec::new();
-    let mut buf = [ibv_wc::default(); 16];
+    let mut buf = zeroed::<[ibv_wc; 16]>();
     while let Ok(k) = poll_once(cq, &mut buf) {
         if k == 0 {
             break;
         }
-        out.extend_from_slice(&buf[..k]);
+        out.extend(buf[..k].iter().map(Zeroed::bitcopy));
     }
     out
 }
@@ -445,7 +445,7 @@ pub fn wc_opcode_str(o: u32) -> &'static str {
 /// `wr_id 3 SEND SUCCESS(0) len 12 qp 0x11 ...` for messages.
 pub fn wc_str(w: &ibv_wc) -> String {
     // SAFETY: a union of two u32.
-    let imm = unsafe { w.__bindgen_anon_1.imm_data };
+    let imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
     format!(
         "wr_id {} {} {} len {} qp {:#x} src_qp {:#x} flags {:#x} imm {:#x}",
         w.wr_id,

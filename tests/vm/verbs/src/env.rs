@@ -225,7 +225,7 @@ impl Env {
     /// A global-route address vector to `dgid` from our GID, with `v`'s GRH values.
     #[allow(clippy::field_reassign_with_default)]
     pub fn ah_attr(&self, v: &Vals, dgid: [u8; 16]) -> ibv_ah_attr {
-        let mut ah = ibv_ah_attr::default();
+        let mut ah = zeroed::<ibv_ah_attr>();
         ah.is_global = 1;
         ah.port_num = self.port;
         ah.grh.dgid.raw = dgid;
@@ -241,7 +241,7 @@ impl Env {
     /// `dest_delta` 0, to the QP itself).
     #[allow(clippy::field_reassign_with_default)]
     pub fn attr(&self, v: &Vals, qp: &Qp, next: S, cur: S) -> ibv_qp_attr {
-        let mut a = ibv_qp_attr::default();
+        let mut a = zeroed::<ibv_qp_attr>();
         a.qp_state = next.as_raw();
         a.cur_qp_state = cur.as_raw();
         a.path_mtu = v.path_mtu;

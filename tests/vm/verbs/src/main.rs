@@ -8,6 +8,7 @@
 
 mod checks;
 mod env;
+#[allow(dead_code)]
 mod ffi;
 mod util;
 mod verbs;

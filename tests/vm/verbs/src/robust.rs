@@ -180,7 +180,7 @@ fn transfer_loop(
             sg_list: &mut sge,
             num_sge: 1,
             send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+            ..zeroed()
         };
         if kind == 2 {
             let mut rsge = b.sge(0, len);
@@ -188,7 +188,7 @@ fn transfer_loop(
                 wr_id: n,
                 sg_list: &mut rsge,
                 num_sge: 1,
-                ..Default::default()
+                ..zeroed()
             };
             dp::post_recv(&b.qp, &mut rwr)?;
             wr.opcode = IBV_WR_SEND;
@@ -220,7 +220,7 @@ fn transfer_loop(
             num_sge: 1,
             opcode: IBV_WR_RDMA_READ,
             send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+            ..zeroed()
         };
         wr.wr.rdma.remote_addr = b.addr();
         wr.wr.rdma.rkey = b.rkey();

@@ -60,14 +60,14 @@ impl Ctx {
     }
 
     pub fn query_device(&self) -> Result<ibv_device_attr, i32> {
-        let mut a = ibv_device_attr::default();
+        let mut a = zeroed::<ibv_device_attr>();
         // SAFETY: valid context and output buffer.
         ret_errno(unsafe { ibv_query_device(self.ptr, &mut a) })?;
         Ok(a)
     }
 
     pub fn query_port(&self, port: u8) -> Result<ibv_port_attr, i32> {
-        let mut a = ibv_port_attr::default();
+        let mut a = zeroed::<ibv_port_attr>();
         // SAFETY: valid context and output buffer.
         ret_errno(unsafe { vt_query_port(self.ptr, port, &mut a) })?;
         Ok(a)
@@ -75,7 +75,7 @@ impl Ctx {
 
     /// The GID table entry `index` of `port`, or the errno (`ENODATA` for an empty entry).
     pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<ibv_gid_entry, i32> {
-        let mut e = ibv_gid_entry::default();
+        let mut e = zeroed::<ibv_gid_entry>();
         // SAFETY: valid context and output buffer.
         ret_errno(unsafe { vt_query_gid_ex(self.ptr, port.into(), index, &mut e) })?;
         Ok(e)
@@ -185,7 +185,7 @@ impl Qp {
             cap,
             qp_type,
             sq_sig_all: sq_sig_all as i32,
-            ..Default::default()
+            ..zeroed()
         };
         // SAFETY: valid PD/CQ; the init attr lives across the call.
         let p = unsafe { ibv_create_qp(pd.ptr, &mut ia) };
@@ -206,15 +206,15 @@ impl Qp {
     }
 
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
-        let mut a = *attr;
+        let mut a = attr.bitcopy();
         // SAFETY: valid QP; attr copied so the provider may scribble on it.
         ret_errno(unsafe { ibv_modify_qp(self.ptr, &mut a, mask as i32) })
     }
 
     /// `ibv_query_qp` with every standard mask bit.
     pub fn query(&self) -> Result<(ibv_qp_attr, ibv_qp_init_attr), i32> {
-        let mut a = ibv_qp_attr::default();
-        let mut ia = ibv_qp_init_attr::default();
+        let mut a = zeroed::<ibv_qp_attr>();
+        let mut ia = zeroed::<ibv_qp_init_attr>();
         // SAFETY: valid QP and output buffers.
         ret_errno(unsafe { ibv_query_qp(self.ptr, &mut a, 0x1f_ffff, &mut ia) })?;
         Ok((a, ia))

@@ -76,7 +76,7 @@ fn send_wr(id: u64, op: u32, sge: &mut ibv_sge) -> ibv_send_wr {
         send_flags: IBV_SEND_SIGNALED,
         num_sge: 1,
         sg_list: sge,
-        ..Default::default()
+        ..zeroed()
     }
 }
 
@@ -86,7 +86,7 @@ fn recv(side: &Side, id: u64, off: usize, len: usize) -> Result<(), String> {
         wr_id: id,
         num_sge: 1,
         sg_list: &mut sge,
-        ..Default::default()
+        ..zeroed()
     };
     dp::post_recv(&side.qp, &mut w)
 }
@@ -208,7 +208,7 @@ fn bad_lkey(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         wr_id: 7,
         num_sge: 1,
         sg_list: &mut sge,
-        ..Default::default()
+        ..zeroed()
     };
     dp::post_recv(&b.qp, &mut w)?;
     post(&a, &b, 8, IBV_WR_SEND, 0, 64, 0, 0, a.lkey())?;
@@ -355,7 +355,9 @@ fn async_events(ctx: *mut ibv_context) -> Vec<(u32, usize)> {
             if ibv_get_async_event(ctx, &mut ev) != 0 {
                 break;
             }
-            v.push((ev.event_type, ev.element.qp as usize));
+            // The raw value (the field's Rust enum type cannot hold an unknown one).
+            let ty = std::ptr::addr_of!(ev.event_type).cast::<u32>().read();
+            v.push((ty, ev.element.qp as usize));
             ibv_ack_async_event(&mut ev);
         }
         libc::fcntl(fd, libc::F_SETFL, fl);
@@ -376,7 +378,7 @@ fn in_err(qp: &Qp) -> Result<(), String> {
 
 fn modify_err_prompt(qp: &Qp) -> Result<(), String> {
     let t0 = std::time::Instant::now();
-    let a = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..Default::default() };
+    let a = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..zeroed() };
     qp.modify(&a, IBV_QP_STATE).map_err(|e| format!("modify_qp(ERR): {}", ename(e)))?;
     let dt = t0.elapsed();
     if dt > Duration::from_secs(3) {
@@ -517,7 +519,7 @@ fn traffic(da: &Dev, db: &Dev) -> Result<(), String> {
     let mut outstanding = 0usize;
     let mut done = 0u64;
     let mut id = 0u64;
-    let mut wc = [ibv_wc::default(); 16];
+    let mut wc = zeroed::<[ibv_wc; 16]>();
     let mut running = false;
     loop {
         while outstanding < 32 {

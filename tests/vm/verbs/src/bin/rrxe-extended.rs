@@ -13,7 +13,11 @@
 //!      `ibv_post_send`/`ibv_post_recv` beyond `max_send_wr`/`max_recv_wr` fail with ENOMEM at
 //!      the first WR over, which `*bad_wr` names; `ibv_query_qp` reports the enforced caps;
 //!   6. resize vs poll: a thread resizes the CQ in a loop while a legacy poller and an
-//!      `ibv_cq_ex` poller drain RDMA WRITE completions: none lost, none duplicated.
+//!      `ibv_cq_ex` poller drain RDMA WRITE completions: none lost, none duplicated;
+//!   7. a send WR holds its SQ slot until it completes: on an RC QP whose peer never answers
+//!      (a QPN nobody has), `max_send_wr` WRs posted and taken by the kernel leave no room
+//!      (the next post is ENOMEM, though the ring itself is empty); once they complete
+//!      (RETRY_EXC_ERR, then WR_FLUSH_ERR) the slots are free again.
 //!
 //!   rrxe-extended [--dev rrxe0] [--writes 2000]
 //!
@@ -161,7 +165,7 @@ fn create_cq_ex(d: &Dev, cqe: u32, wc_flags: u64) -> Result<CqX, i32> {
     let mut a = ibv_cq_init_attr_ex {
         cqe,
         wc_flags,
-        ..Default::default()
+        ..zeroed()
     };
     // SAFETY: valid context; attr lives across the call.
     let p = unsafe { vt_create_cq_ex(d.ctx.ptr, &mut a) };
@@ -181,7 +185,7 @@ fn create_qp_ex(pd: &Pd, cq: CqX, t: u32, cap: ibv_qp_cap, ops: u64) -> Result<Q
         comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
         pd: pd.ptr,
         send_ops_flags: ops,
-        ..Default::default()
+        ..zeroed()
     };
     // SAFETY: valid context/PD/CQ; attr lives across the call.
     let p = unsafe { vt_create_qp_ex(pd_ctx(pd), &mut a) };
@@ -251,7 +255,7 @@ fn recv(qp: &Qp, mr: &Mr, id: u64, off: usize, len: usize) -> Result<(), String>
         wr_id: id,
         sg_list: &mut sge,
         num_sge: 1,
-        ..Default::default()
+        ..zeroed()
     };
     dp::post_recv(qp, &mut w)
 }
@@ -369,7 +373,67 @@ fn run(r: &mut Report, dev: &str, writes: u64) -> Result<(), String> {
     ud_check(r, &s, cq);
     full_checks(r, &s, cq, a, b);
     resize_stress(r, &s, cq, a, b, writes);
+    outstanding_check(r, &s, b.qpn());
     Ok(())
+}
+
+/// 7. Slots are held until completion (see the header). `peer_qpn` + 0x1000 is a QPN nobody has.
+fn outstanding_check(r: &mut Report, s: &Setup, peer_qpn: u32) {
+    let res = (|| -> Result<(), String> {
+        let cq = create_cq_ex(&s.d, 64, STD_WC).map_err(|e| format!("ibv_create_cq_ex: {}", ename(e)))?;
+        let _cq_guard = Cq { ptr: cq.cq() };
+        let cap = ibv_qp_cap { max_send_wr: 8, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let q = create_qp_ex(&s.pd, cq, IBV_QPT_RC, cap, RC_OPS).map_err(|e| format!("ibv_create_qp_ex: {}", ename(e)))?;
+        // timeout 14 (67 ms) and one retry: the WRs fail within about half a second.
+        let rc = dp::RcParams { timeout: 14, retry_cnt: 1, rnr_retry: 0 };
+        dp::to_rts_with(&s.d, &q, IBV_QPT_RC, (peer_qpn + 0x1000) & 0xff_ffff, s.d.gid, 0, 0, 0, rc)?;
+        let ma = &s.mra;
+        let write = |id: u64| -> i32 {
+            let mut sge = ibv_sge { addr: addr(ma, 0), length: 8, lkey: lkey(ma) };
+            let mut w = ibv_send_wr {
+                wr_id: id,
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_WRITE,
+                send_flags: IBV_SEND_SIGNALED,
+                ..zeroed()
+            };
+            w.wr.rdma.remote_addr = addr(&s.mrb, 0);
+            w.wr.rdma.rkey = rkey(&s.mrb);
+            let mut bad = ptr::null_mut();
+            // SAFETY: a valid WR whose SGE lives across the call.
+            unsafe { vt_post_send(q.ptr, &mut w, &mut bad) }
+        };
+        for i in 0..8 {
+            let rc = write(7000 + i);
+            if rc != 0 {
+                return Err(format!("post {i} of max_send_wr 8: {}", ename(rc)));
+            }
+        }
+        // The doorbell of each post had the kernel take the WQE; nothing can have completed
+        // (the peer does not exist and the first timeout is 67 ms away).
+        let rc = write(7100);
+        if rc != libc::ENOMEM {
+            return Err(format!("9th post with 8 outstanding: {} (want ENOMEM)", ename(rc)));
+        }
+        let done = cq.poll_n(8)?;
+        let st: Vec<u32> = done.iter().map(|w| w.status).collect();
+        let ids: Vec<u64> = done.iter().map(|w| w.wr_id).collect();
+        if st[0] != IBV_WC_RETRY_EXC_ERR || st[1..].iter().any(|&x| x != IBV_WC_WR_FLUSH_ERR) || ids != (7000..7008).collect::<Vec<_>>() {
+            return Err(format!("completions {:?} with statuses {st:?}", ids));
+        }
+        // Completed: the slots are free (the QP is in ERR, so a new WR flushes at once).
+        let rc = write(7200);
+        if rc != 0 {
+            return Err(format!("post after the completions: {}", ename(rc)));
+        }
+        let f = cq.poll_n(1)?;
+        if f[0].wr_id != 7200 || f[0].status != IBV_WC_WR_FLUSH_ERR {
+            return Err(format!("after the completions: wr_id {} status {}", f[0].wr_id, f[0].status));
+        }
+        Ok(())
+    })();
+    r.result("outstanding.slot_held_until_completion", res);
 }
 
 /// 3. One batch of every builder, polled with the ex API; fields and data checked.
@@ -517,7 +581,7 @@ fn ud_check(r: &mut Report, s: &Setup, cq: CqX) {
         for q in [&c, &dq] {
             dp::to_rts(&s.d, q, IBV_QPT_UD, 0, [0; 16], 0, 0x100, qkey)?;
         }
-        let mut aha = ibv_ah_attr { is_global: 1, port_num: s.d.port, ..Default::default() };
+        let mut aha = ibv_ah_attr { is_global: 1, port_num: s.d.port, ..zeroed() };
         aha.grh.dgid.raw = s.d.gid;
         aha.grh.sgid_index = s.d.gid_index;
         aha.grh.hop_limit = 64;
@@ -612,7 +676,7 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
                 num_sge: 1,
                 opcode: IBV_WR_RDMA_WRITE,
                 send_flags: IBV_SEND_SIGNALED,
-                ..Default::default()
+                ..zeroed()
             };
             w.wr.rdma.remote_addr = addr(mb, 40000);
             w.wr.rdma.rkey = rkey(mb);
@@ -638,7 +702,7 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
     // ibv_post_recv on B (nothing consumes them): 8 fit, the 9th is ENOMEM.
     let mut rs: Vec<ibv_sge> = (0..9).map(|_| ibv_sge { addr: addr(mb, 0), length: 8, lkey: lkey(mb) }).collect();
     let mut rw: Vec<ibv_recv_wr> = (0..9)
-        .map(|i| ibv_recv_wr { wr_id: 3000 + i as u64, sg_list: &mut rs[i], num_sge: 1, ..Default::default() })
+        .map(|i| ibv_recv_wr { wr_id: 3000 + i as u64, sg_list: &mut rs[i], num_sge: 1, ..zeroed() })
         .collect();
     for i in 0..8 {
         rw[i].next = &mut rw[i + 1];
@@ -670,7 +734,7 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
         ts.push(std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 let got = if who == 0 {
-                    let mut wc = [ibv_wc::default(); 4];
+                    let mut wc = zeroed::<[ibv_wc; 4]>();
                     // SAFETY: a live CQ; room for 4.
                     let n = unsafe { vt_poll_cq(cq.cq(), 4, wc.as_mut_ptr()) };
                     if n < 0 {
@@ -738,7 +802,7 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
             num_sge: 1,
             opcode: IBV_WR_RDMA_WRITE,
             send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+            ..zeroed()
         };
         w.wr.rdma.remote_addr = addr(mb, 48000);
         w.wr.rdma.rkey = rkey(mb);

@@ -166,7 +166,7 @@ fn bring(dev: &Dev, qp: &Qp, t: u32, st: QState, peer: [u8; 16]) -> Result<(), S
         port_num: dev.port,
         qkey: QKEY,
         qp_access_flags: dp::ACCESS_ALL & !IBV_ACCESS_LOCAL_WRITE,
-        ..Default::default()
+        ..zeroed()
     };
     let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
     mask |= if t == IBV_QPT_UD { IBV_QP_QKEY } else { IBV_QP_ACCESS_FLAGS };
@@ -552,7 +552,7 @@ fn icrc_probe(o: &Opts, dev: &Dev, pd: &Pd, fd: i32, k: usize) -> Result<(usize,
     for i in 0..2 * k {
         // SAFETY: registered MR.
         let mut sge = unsafe { ibv_sge { addr: (*mr.ptr).addr as u64 + 256 * i as u64, length: 256, lkey: (*mr.ptr).lkey } };
-        let mut wr = ibv_recv_wr { wr_id: i as u64, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let mut wr = ibv_recv_wr { wr_id: i as u64, sg_list: &mut sge, num_sge: 1, ..zeroed() };
         dp::post_recv(&qp, &mut wr)?;
     }
     let before = robust::stats(&o.dev).unwrap_or_default();
@@ -707,7 +707,7 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
                     // SAFETY: live MR.
                     let mut sge = ibv_sge { addr: live_addr + 1024 * (k % 64), length: 2048.min(1 << 16), lkey: unsafe { (*live_mr.ptr).lkey } };
                     sge.length = 1024;
-                    let mut wr = ibv_recv_wr { wr_id: k, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+                    let mut wr = ibv_recv_wr { wr_id: k, sg_list: &mut sge, num_sge: 1, ..zeroed() };
                     dp::post_recv(&qp, &mut wr)?;
                 }
             }
@@ -755,7 +755,7 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
     };
     let mut tally = Tally::default();
     let t0 = Instant::now();
-    let mut wc = [ibv_wc::default(); 64];
+    let mut wc = zeroed::<[ibv_wc; 64]>();
     // batches of up to 32 datagrams per sendmmsg
     let mut n = 0u64;
     while n < o.packets {

@@ -309,8 +309,8 @@ fn open_ctxs(name: &str) -> Result<Vec<Ctx>, String> {
     Ok(v)
 }
 
-fn rand_bytes<T: Default + Copy>(r: &mut Rng) -> T {
-    let mut t = T::default();
+fn rand_bytes<T: Zeroed>(r: &mut Rng) -> T {
+    let mut t: T = zeroed();
     // SAFETY: T is a plain C struct without pointers (callers only use it for such types).
     let b = unsafe { std::slice::from_raw_parts_mut((&mut t as *mut T).cast::<u8>(), std::mem::size_of::<T>()) };
     r.fill(b);
@@ -430,7 +430,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
                 },
                 qp_type: t,
                 sq_sig_all: r.coin() as i32,
-                ..Default::default()
+                ..zeroed()
             };
             let qp = ibv_create_qp(pd, &mut ia);
             let x = ptr_res(qp);
@@ -476,8 +476,8 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
         }
         36 | 37 => {
             let Some(qp) = pick(r, &p.qps) else { return };
-            let mut a = ibv_qp_attr::default();
-            let mut ia = ibv_qp_init_attr::default();
+            let mut a = zeroed::<ibv_qp_attr>();
+            let mut ia = zeroed::<ibv_qp_init_attr>();
             let x = int_res(ibv_query_qp(qp, &mut a, r.u32() as i32, &mut ia));
             st.rec("query_qp", x.0, x.1);
         }
@@ -557,7 +557,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
             let Some(pd) = pick(r, &p.pds) else { return };
             let mut a = ibv_srq_init_attr {
                 attr: ibv_srq_attr { max_wr: small_or_wild(r, 512), max_sge: small_or_wild(r, 40), srq_limit: small_or_wild(r, 64) },
-                ..Default::default()
+                ..zeroed()
             };
             let s = ibv_create_srq(pd, &mut a);
             let x = ptr_res(s);
@@ -584,17 +584,17 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
             }
         }
         56 | 57 => {
-            let mut a = ibv_port_attr::default();
+            let mut a = zeroed::<ibv_port_attr>();
             let port = if r.coin() { 1 } else { r.u32() as u8 };
             let x = int_res(vt_query_port(c.ctx, port, &mut a));
             st.rec("query_port", x.0, x.1);
-            let mut g = ibv_gid::default();
+            let mut g = zeroed::<ibv_gid>();
             let x = int_res(ibv_query_gid(c.ctx, port, small_or_wild(r, 32) as i32, &mut g));
             st.rec("query_gid", x.0, x.1);
             let mut k = 0u16;
             let x = int_res(ibv_query_pkey(c.ctx, port, small_or_wild(r, 4) as i32, &mut k));
             st.rec("query_pkey", x.0, x.1);
-            let mut d = ibv_device_attr::default();
+            let mut d = zeroed::<ibv_device_attr>();
             let x = int_res(ibv_query_device(c.ctx, &mut d));
             st.rec("query_device", x.0, x.1);
         }
@@ -632,7 +632,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
                     sges(r, p, k)
                 })
                 .collect();
-            let mut wrs: Vec<ibv_send_wr> = vec![ibv_send_wr::default(); n];
+            let mut wrs: Vec<ibv_send_wr> = (0..n).map(|_| zeroed()).collect();
             for (i, w) in wrs.iter_mut().enumerate() {
                 w.wr_id = r.u64();
                 w.opcode = if r.below(5) == 0 { r.below(20) as u32 } else { [IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM, IBV_WR_ATOMIC_FETCH_AND_ADD][r.below(5) as usize] };
@@ -661,7 +661,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
             let Some(qp) = pick(r, &p.qps) else { return };
             let k = if r.below(6) == 0 { r.below(40) } else { r.below(3) } as usize;
             let mut l = sges(r, p, k);
-            let mut w = ibv_recv_wr { wr_id: r.u64(), sg_list: l.as_mut_ptr(), num_sge: l.len() as i32, ..Default::default() };
+            let mut w = ibv_recv_wr { wr_id: r.u64(), sg_list: l.as_mut_ptr(), num_sge: l.len() as i32, ..zeroed() };
             let mut bad = null_mut();
             let x = int_res(vt_post_recv(qp, &mut w, &mut bad));
             st.rec("post_recv", x.0, x.1);
@@ -675,7 +675,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
         }
         72..=76 => {
             let Some(cq) = pick(r, &p.cqs) else { return };
-            let mut wc = [ibv_wc::default(); 32];
+            let mut wc = zeroed::<[ibv_wc; 32]>();
             let n = vt_poll_cq(cq, 1 + r.below(32) as i32, wc.as_mut_ptr());
             st.rec("poll_cq", n >= 0, if n >= 0 { 0 } else { -n });
             if r.below(4) == 0 {
@@ -692,7 +692,7 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
             st.rec("scribble", true, 0);
             if let Some(qp) = pick(r, &p.qps) {
                 let mut l = sges(r, p, 1);
-                let mut w = ibv_send_wr { wr_id: 7, opcode: IBV_WR_SEND, sg_list: l.as_mut_ptr(), num_sge: 1, ..Default::default() };
+                let mut w = ibv_send_wr { wr_id: 7, opcode: IBV_WR_SEND, sg_list: l.as_mut_ptr(), num_sge: 1, ..zeroed() };
                 if (*qp).qp_type == IBV_QPT_UD {
                     let Some(ah) = pick(r, &p.ahs) else { return };
                     w.wr.ud.ah = ah;
@@ -726,9 +726,9 @@ unsafe fn one_op(what: u64, r: &mut Rng, ctxs: &[Ctx], p: &mut Pools, st: &mut S
 
 unsafe fn bring_up(qp: *mut ibv_qp, peer: u32, c: &Ctx, r: &mut Rng) -> (bool, i32) {
     let t = (*qp).qp_type;
-    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RESET, ..Default::default() };
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RESET, ..zeroed() };
     let _ = ibv_modify_qp(qp, &mut a, IBV_QP_STATE as i32);
-    a = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: 1, qkey: 0x1234, qp_access_flags: dp::ACCESS_ALL & !IBV_ACCESS_LOCAL_WRITE, ..Default::default() };
+    a = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: 1, qkey: 0x1234, qp_access_flags: dp::ACCESS_ALL & !IBV_ACCESS_LOCAL_WRITE, ..zeroed() };
     let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
     mask |= if t == IBV_QPT_UD { IBV_QP_QKEY } else { IBV_QP_ACCESS_FLAGS };
     let x = int_res(ibv_modify_qp(qp, &mut a, mask as i32));

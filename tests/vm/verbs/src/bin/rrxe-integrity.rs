@@ -290,7 +290,7 @@ fn sge_list(side: &Side, sges: &[(usize, usize)]) -> Vec<ibv_sge> {
 
 fn one_wc(side: &Side, who: &str, timeout: Duration) -> Result<ibv_wc, String> {
     match dp::poll_n(&side.cq, 1, timeout) {
-        Ok(v) => Ok(v[0]),
+        Ok(v) => Ok(v[0].bitcopy()),
         Err((_, e)) => Err(format!("{who}: {e}")),
     }
 }
@@ -358,12 +358,12 @@ impl Pair<'_> {
         let mut wr = ibv_send_wr {
             wr_id: i,
             send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+            ..zeroed()
         };
         let imm = rng.u32();
         let with_imm = matches!(op, Op::SendImm | Op::WriteImm);
         if with_imm {
-            wr.__bindgen_anon_1.imm_data = imm;
+            wr.imm_data_invalidated_rkey_union.imm_data = imm;
         }
         let size = match op {
             Op::Cas | Op::Faa => 8,
@@ -412,7 +412,7 @@ impl Pair<'_> {
         let mut rbefore = Vec::new();
         let mut recv_wr = ibv_recv_wr {
             wr_id: i,
-            ..Default::default()
+            ..zeroed()
         };
         let grh = if self.t == IBV_QPT_UD { GRH } else { 0 };
         let want_recv = matches!(op, Op::Send | Op::SendImm | Op::WriteImm);
@@ -545,7 +545,7 @@ impl Pair<'_> {
                 IBV_WC_RECV
             };
             // SAFETY: a union of two u32.
-            let got_imm = unsafe { w.__bindgen_anon_1.imm_data };
+            let got_imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
             let flags_ok = (w.wc_flags & IBV_WC_WITH_IMM != 0) == with_imm
                 && (self.t != IBV_QPT_UD || w.wc_flags & IBV_WC_GRH != 0);
             if w.status != IBV_WC_SUCCESS
@@ -612,14 +612,14 @@ impl Pair<'_> {
         let id = i | 1 << 63;
         let mut rw = ibv_recv_wr {
             wr_id: id,
-            ..Default::default()
+            ..zeroed()
         };
         dp::post_recv(&r.qp, &mut rw)?;
         let mut sw = ibv_send_wr {
             wr_id: id,
             opcode: IBV_WR_SEND,
             send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+            ..zeroed()
         };
         dp::post_send(&s.qp, &mut sw)?;
         for (side, who) in [(s, "sender"), (r, "receiver")] {
@@ -694,7 +694,7 @@ impl Pair<'_> {
                         wr_id: b << 8 | j as u64,
                         send_flags: IBV_SEND_SIGNALED,
                         num_sge: 1,
-                        ..Default::default()
+                        ..zeroed()
                     };
                     let lo = j * slot;
                     if *op == Op::Write {
@@ -771,7 +771,7 @@ impl Pair<'_> {
                 send_flags: IBV_SEND_SIGNALED,
                 num_sge: 1,
                 sg_list: &mut sge,
-                ..Default::default()
+                ..zeroed()
             };
             wr.wr.atomic.remote_addr = r.addr() + off as u64;
             wr.wr.atomic.rkey = r.rkey();
@@ -863,7 +863,7 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         let mut at = ibv_ah_attr {
             is_global: 1,
             port_num: d.port,
-            ..Default::default()
+            ..zeroed()
         };
         at.grh.dgid.raw = to.gid;
         at.grh.sgid_index = d.gid_index;

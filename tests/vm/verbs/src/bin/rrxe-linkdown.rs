@@ -153,7 +153,7 @@ impl Traffic<'_> {
             send_flags: IBV_SEND_SIGNALED,
             num_sge: 1,
             sg_list: &mut sge,
-            ..Default::default()
+            ..zeroed()
         };
         wr.wr.rdma.remote_addr = self.b.addr() + off as u64;
         wr.wr.rdma.rkey = self.b.rkey();
@@ -174,7 +174,7 @@ impl Traffic<'_> {
     /// checks the bytes at the target.
     fn one(&mut self, t: Duration) -> Result<Option<ibv_wc>, String> {
         let w = match dp::poll_n(&self.a.cq, 1, t) {
-            Ok(v) => v[0],
+            Ok(v) => v[0].bitcopy(),
             Err((_, e)) if e.starts_with("0 of") => return Ok(None),
             Err((_, e)) => return Err(e),
         };

@@ -175,7 +175,7 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             let tag = (i as u64 + 1) << 40;
             let my_total = 2 * ops; // each SEND: a send and a recv completion
             let mut posted = 0u64;
-            let mut wc = [ibv_wc::default(); 8];
+            let mut wc = zeroed::<[ibv_wc; 8]>();
             let end = Instant::now() + Duration::from_secs(120);
             let mine_done = || seen.lock().map(|m| m.range(tag..tag + (1 << 40)).count() as u64).unwrap_or(0);
             while mine_done() < my_total {
@@ -187,7 +187,7 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
                 if posted < ops && posted - (mine_done() / 2).min(posted) < (depth / 2) as u64 {
                     let off = base + (2 * i as u64) * 4096;
                     let mut rs = ibv_sge { addr: off + 4096, length: 64, lkey };
-                    let mut rw = ibv_recv_wr { wr_id: tag | (1 << 39) | posted, sg_list: &mut rs, num_sge: 1, ..Default::default() };
+                    let mut rw = ibv_recv_wr { wr_id: tag | (1 << 39) | posted, sg_list: &mut rs, num_sge: 1, ..zeroed() };
                     let mut b = null_mut();
                     // SAFETY: valid QP and WR.
                     if unsafe { vt_post_recv(qb.0, &mut rw, &mut b) } != 0 {
@@ -195,7 +195,7 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
                         return;
                     }
                     let mut ss = ibv_sge { addr: off, length: 64, lkey };
-                    let mut sw = ibv_send_wr { wr_id: tag | posted, sg_list: &mut ss, num_sge: 1, opcode: IBV_WR_SEND, send_flags: IBV_SEND_SIGNALED, ..Default::default() };
+                    let mut sw = ibv_send_wr { wr_id: tag | posted, sg_list: &mut ss, num_sge: 1, opcode: IBV_WR_SEND, send_flags: IBV_SEND_SIGNALED, ..zeroed() };
                     let _ = rkey;
                     let mut b = null_mut();
                     // SAFETY: valid QP and WR.
@@ -264,11 +264,11 @@ fn teardown(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let st2 = stats.clone();
     let poster = std::thread::spawn(move || {
         let (qp, cq) = (qp, cq);
-        let mut wc = [ibv_wc::default(); 16];
+        let mut wc = zeroed::<[ibv_wc; 16]>();
         let mut n = 0u64;
         while !s2.load(Ordering::Relaxed) {
             let mut sge = ibv_sge { addr: laddr, length: 65536, lkey };
-            let mut w = ibv_send_wr { wr_id: n, sg_list: &mut sge, num_sge: 1, opcode: IBV_WR_RDMA_WRITE, send_flags: IBV_SEND_SIGNALED, ..Default::default() };
+            let mut w = ibv_send_wr { wr_id: n, sg_list: &mut sge, num_sge: 1, opcode: IBV_WR_RDMA_WRITE, send_flags: IBV_SEND_SIGNALED, ..zeroed() };
             w.wr.rdma.remote_addr = raddr;
             w.wr.rdma.rkey = rkey;
             let mut b = null_mut();
@@ -405,7 +405,7 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let (pdp, cqp) = (pd.ptr, cq.ptr);
     let cap = ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp_of = move |t: u32| -> Result<*mut ibv_qp, i32> {
-        let mut ia = ibv_qp_init_attr { send_cq: cqp, recv_cq: cqp, cap, qp_type: t, ..Default::default() };
+        let mut ia = ibv_qp_init_attr { send_cq: cqp, recv_cq: cqp, cap, qp_type: t, ..zeroed() };
         // SAFETY: valid PD and CQ.
         let q = unsafe { ibv_create_qp(pdp, &mut ia) };
         if q.is_null() { Err(errno()) } else { Ok(q) }
@@ -465,9 +465,9 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             loop {
                 let q = qp_of(IBV_QPT_RC).map_err(|e| format!("create_qp: {}", ename(e)))?;
                 let qw = Qp { ptr: q, qp_type: IBV_QPT_RC, cap };
-                let init = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: dd.port, qp_access_flags: IBV_ACCESS_REMOTE_WRITE, ..Default::default() };
+                let init = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: dd.port, qp_access_flags: IBV_ACCESS_REMOTE_WRITE, ..zeroed() };
                 qw.modify(&init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).map_err(|e| format!("->INIT: {}", ename(e)))?;
-                let mut at = ibv_qp_attr { qp_state: IBV_QPS_RTR, path_mtu: dd.port_attr.active_mtu, dest_qp_num: pq, rq_psn: 1, max_dest_rd_atomic: 1, min_rnr_timer: 1, ..Default::default() };
+                let mut at = ibv_qp_attr { qp_state: IBV_QPS_RTR, path_mtu: dd.port_attr.active_mtu, dest_qp_num: pq, rq_psn: 1, max_dest_rd_atomic: 1, min_rnr_timer: 1, ..zeroed() };
                 at.ah_attr.is_global = 1;
                 at.ah_attr.port_num = dd.port;
                 at.ah_attr.grh.dgid.raw = dd.gid;
@@ -510,7 +510,7 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             drop(buf);
         }
         "ah" => {
-            let mut at = ibv_ah_attr { is_global: 1, port_num: d.port, ..Default::default() };
+            let mut at = ibv_ah_attr { is_global: 1, port_num: d.port, ..zeroed() };
             at.grh.dgid.raw = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99, 0, 2];
             at.grh.sgid_index = d.gid_index;
             at.grh.hop_limit = 64;
@@ -522,7 +522,7 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             })?;
         }
         "srq" => sweep("srq", max, rep, || {
-            let mut ia = ibv_srq_init_attr { attr: ibv_srq_attr { max_wr: 16, max_sge: 1, srq_limit: 0 }, ..Default::default() };
+            let mut ia = ibv_srq_init_attr { attr: ibv_srq_attr { max_wr: 16, max_sge: 1, srq_limit: 0 }, ..zeroed() };
             // SAFETY: valid PD.
             let s = unsafe { ibv_create_srq(pdp, &mut ia) };
             if s.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_destroy_srq(s); })) }

@@ -80,7 +80,7 @@ fn child(dev: &str, n: usize) -> i32 {
             .map(|i| ibv_recv_wr {
                 wr_id: i as u64,
                 num_sge: 1,
-                ..Default::default()
+                ..zeroed()
             })
             .collect();
         for (w, s) in rwr.iter_mut().zip(rsge.iter_mut()) {
@@ -93,13 +93,13 @@ fn child(dev: &str, n: usize) -> i32 {
                 num_sge: 1,
                 opcode: IBV_WR_SEND,
                 send_flags: IBV_SEND_SIGNALED,
-                ..Default::default()
+                ..zeroed()
             })
             .collect();
         for (w, s) in swr.iter_mut().zip(ssge.iter_mut()) {
             w.sg_list = s;
         }
-        let mut wc = [ibv_wc::default(); 32];
+        let mut wc = zeroed::<[ibv_wc; 32]>();
         let mut bad_s: *mut ibv_send_wr = std::ptr::null_mut();
         let mut bad_r: *mut ibv_recv_wr = std::ptr::null_mut();
         let mut errs = 0usize;
@@ -110,7 +110,7 @@ fn child(dev: &str, n: usize) -> i32 {
         {
             let mut w = rwr[0];
             dp::post_recv(&b.qp, &mut w)?;
-            let mut w = swr[0];
+            let mut w = swr[0].bitcopy();
             dp::post_send(&a.qp, &mut w)?;
             dp::poll_n(&a.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;
             dp::poll_n(&b.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;

@@ -155,7 +155,7 @@ impl Rx<'_> {
                 wr_id: k,
                 num_sge: 1,
                 sg_list: &mut sge,
-                ..Default::default()
+                ..zeroed()
             };
             dp::post_recv(&self.b.qp, &mut wr)?;
             self.posted += 1;
@@ -345,17 +345,17 @@ fn batch(
             send_flags: IBV_SEND_SIGNALED,
             num_sge: 1,
             sg_list: &mut sge,
-            ..Default::default()
+            ..zeroed()
         };
         match kind {
             Kind::Send => wr.opcode = IBV_WR_SEND,
             Kind::SendImm => {
                 wr.opcode = IBV_WR_SEND_WITH_IMM;
-                wr.__bindgen_anon_1.imm_data = idx ^ 0x8000_0000;
+                wr.imm_data_invalidated_rkey_union.imm_data = idx ^ 0x8000_0000;
             }
             Kind::WriteImm => {
                 wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-                wr.__bindgen_anon_1.imm_data = idx;
+                wr.imm_data_invalidated_rkey_union.imm_data = idx;
                 wr.wr.rdma.remote_addr = b.addr() + rx.write_off(idx) as u64;
                 wr.wr.rdma.rkey = b.rkey();
             }
@@ -373,7 +373,7 @@ fn batch(
     // Receiver: whatever arrives until quiet.
     let mut got = 0u32;
     let mut lastseen = Instant::now();
-    let mut buf = [ibv_wc::default(); 16];
+    let mut buf = zeroed::<[ibv_wc; 16]>();
     while lastseen.elapsed() < quiet {
         let k = dp::poll_once(&b.cq, &mut buf)?;
         if k == 0 {
@@ -397,7 +397,7 @@ fn batch(
                 continue;
             }
             // SAFETY: a union of two u32.
-            let imm = unsafe { w.__bindgen_anon_1.imm_data };
+            let imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
             let (idx, kind, data) = if w.opcode == IBV_WC_RECV_RDMA_WITH_IMM {
                 (
                     imm,

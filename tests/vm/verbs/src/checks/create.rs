@@ -21,7 +21,7 @@ pub fn run(env: &Env, r: &mut Report) {
             qp_type: IBV_QPT_XRC_SEND,
             comp_mask: IBV_QP_INIT_ATTR_PD,
             pd: env.pd.ptr,
-            ..Default::default()
+            ..zeroed()
         };
         ia.cap.max_recv_wr = 0;
         ia.cap.max_recv_sge = 0;
