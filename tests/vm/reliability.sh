@@ -18,10 +18,12 @@
 #                 retransmit timer can do it); link pulled: IBV_WC_RETRY_EXC_ERR within 4 x 4.096 us x 2^timeout x
 #                 (retry_cnt + 1) (+ slack), the rest flushed (rrxe-linkdown); link back up:
 #                 a fresh ibv_rc_pingpong works
-#      inflight   netem delay 20 ms on veth0 only (rrxe0's skbs wait in its qdisc): one RC QP
-#                 (ib_write_bw 64 KiB, client rrxe0) never has more than 64 packets in the
-#                 qdisc (sampled backlog; without the cap it reaches the RC window, 512), the
-#                 run completes, and rrxe0's tx_inflight_waits counter moves
+#      inflight   netem slots on veth0 only (at most 16 packets leave per 20 ms slot, so
+#                 rrxe0's skbs wait in the qdisc; netem's delay or rate would not do: netem
+#                 orphans an skb it delays that way): one RC QP (ib_write_bw 64 KiB, client
+#                 rrxe0) never has more than 64 packets in the qdisc (sampled backlog; without
+#                 the cap it reaches the RC window, 512), the run completes, and rrxe0's
+#                 tx_inflight_waits counter moves
 #   B  rxe0 (rdma_rxe, veth0, init_net) <-> rrxe1 (veth1, netns "peer")
 #      interop    ibv_{rc,uc,ud,srq}_pingpong at 64 B and 16 KiB (UD: the MTU), perftest
 #                 ib_{write,read,send,atomic}_bw and ib_write_lat, in both directions (server on
@@ -268,7 +270,7 @@ linkdown() {
 # inflight: the per-QP cap on skbs in the network stack (see the header).
 inflight() {
   local row='^ *[0-9]+ +[0-9]+ +([0-9]+\.[0-9]+|inf)' mon max w
-  if ! "${NS0[@]}" tc qdisc replace dev veth0 root netem delay 20ms limit 100000; then
+  if ! "${NS0[@]}" tc qdisc replace dev veth0 root netem slot 20ms 20ms packets 16 limit 100000; then
     fail "$TOPO.inflight.netem" "tc failed"; return
   fi
   rm -f /tmp/inflight.max; echo 0 > /tmp/inflight.max
@@ -280,7 +282,7 @@ inflight() {
     done ) &
   mon=$!
   snap before
-  xpair "$TOPO.inflight.write_bw" "$row" 1 -x ib_write_bw -n 100 -s 65536 -F
+  xpair "$TOPO.inflight.write_bw" "$row" 1 -x ib_write_bw -n 30 -s 65536 -F
   snap after
   kill "$mon"; wait "$mon" 2>/dev/null
   netem_off
