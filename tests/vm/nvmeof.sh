@@ -6,8 +6,13 @@
 # down, and rrxe unloads. Uses fast registration (REG_MR), local and remote invalidation (SEND
 # with invalidate), kernel QPs, CQs and the GSI QP (rdma_cm).
 #
-# nvme-rdma and nvmet-rdma open their rdma_cm IDs in init_net only, so host and target share
-# rrxe0 in init_net (loopback); see the README for why no two-device or rdma_rxe variant runs.
+# nvme-rdma and nvmet-rdma open their rdma_cm IDs in init_net only. So the first run has host
+# and target share rrxe0 (loopback); the second puts a second device, rrxe1, on veth1 in
+# init_net too (accept_local, as two rdma_rxe devices are run in one namespace), the host
+# connects from rrxe1's address (host_traddr) to the target on rrxe0's, so every packet crosses
+# the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (64) MiB go through
+# and come back identical, and rrxe's retransmit counters move. No rdma_rxe variant: rdma_rxe
+# 6.12 and an rrxe device cannot share init_net's UDP port (README).
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/nvmeof.sh
 . "$(dirname "$0")/lib.sh"
@@ -48,27 +53,55 @@ target_down() {
 ctrl() { for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && { echo "${c##*/}"; return 0; }; done; return 1; }
 blk() { local c; c=$(ctrl) || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }
 
-check nvmeof.target_configured target_up
-check nvmeof.connect timeout "$T" bash -c "echo 'nqn=$NQN,transport=rdma,traddr=10.99.0.1,trsvcid=4420' > /dev/nvme-fabrics"
-if wait_for 30 blk; then
-  dev=/dev/$(blk); pass nvmeof.namespace_visible; log "$dev on $(ctrl), $(cat /sys/class/nvme/"$(ctrl)"/transport 2>/dev/null)"
+# run_io PREFIX MIB [host_traddr]: connect, write MIB MiB of random data (O_DIRECT), read back,
+# compare, disconnect.
+run_io() {
+  local pre=$1 mib=$2 src=${3:-} opts data want got start mid end c dev
+  opts="nqn=$NQN,transport=rdma,traddr=10.99.0.1,trsvcid=4420${src:+,host_traddr=$src}"
+  check "$pre.connect" timeout "$T" bash -c "echo '$opts' > /dev/nvme-fabrics"
+  if ! wait_for 30 blk; then
+    fail "$pre.namespace_visible" "no namespace for $NQN: $(dmesg | grep -i nvme | tail -3)"
+    return
+  fi
+  dev=/dev/$(blk); pass "$pre.namespace_visible"; log "$dev on $(ctrl), $(cat /sys/class/nvme/"$(ctrl)"/transport 2>/dev/null) ($opts)"
   data=$(mktemp /tmp/nvme.XXXX)
-  dd if=/dev/urandom of="$data" bs=1M count="$MIB" status=none
+  dd if=/dev/urandom of="$data" bs=1M count="$mib" status=none
   want=$(sha256sum < "$data")
   start=$(date +%s.%N)
-  check nvmeof.write timeout "$T" dd if="$data" of="$dev" bs=1M oflag=direct status=none
+  check "$pre.write" timeout "$T" dd if="$data" of="$dev" bs=1M oflag=direct status=none
   mid=$(date +%s.%N)
-  got=$(timeout "$T" dd if="$dev" bs=1M count="$MIB" iflag=direct status=none | sha256sum)
+  got=$(timeout "$T" dd if="$dev" bs=1M count="$mib" iflag=direct status=none | sha256sum)
   end=$(date +%s.%N)
-  if [ "$got" = "$want" ]; then pass "nvmeof.read_back_${MIB}MiB_identical"; else fail "nvmeof.read_back_${MIB}MiB_identical" "wrote $want read $got"; fi
-  log "$MIB MiB: $(awk -v m="$MIB" -v a="$start" -v b="$mid" -v c="$end" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') (TCG, debug kernel)"
+  if [ "$got" = "$want" ]; then pass "$pre.read_back_${mib}MiB_identical"; else fail "$pre.read_back_${mib}MiB_identical" "wrote $want read $got"; fi
+  log "$pre: $mib MiB: $(awk -v m="$mib" -v a="$start" -v b="$mid" -v c="$end" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') (TCG, debug kernel)"
   rm -f "$data"
   c=$(ctrl)
-  check nvmeof.disconnect bash -c "echo 1 > /sys/class/nvme/$c/delete_controller"
-  check nvmeof.controller_gone wait_for 30 bash -c "! ls /sys/class/nvme/$c >/dev/null 2>&1"
-else
-  fail nvmeof.namespace_visible "no namespace for $NQN: $(dmesg | grep -i nvme | tail -3)"
+  check "$pre.disconnect" bash -c "echo 1 > /sys/class/nvme/$c/delete_controller"
+  check "$pre.controller_gone" wait_for 30 bash -c "! ls /sys/class/nvme/$c >/dev/null 2>&1"
+}
+retrans() { rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' | awk '$0 == "retransmits" { getline; n = $0 } END { print n + 0 }'; }
+
+check nvmeof.target_configured target_up
+run_io nvmeof "$MIB"
+
+# Two devices in init_net, across the veth pair, under 1% loss.
+if ip -n peer link show veth1 >/dev/null 2>&1; then
+  ip -n peer link set veth1 netns 1
+  ip addr add 10.99.0.2/24 dev veth1
 fi
+ip link set veth1 up
+for k in all default veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.accept_local=1"; done
+for k in all default veth0 veth1; do sysctl -qw "net.ipv4.conf.$k.rp_filter=0"; done
+check nvmeof.two_dev.rrxe1_added bash -c "[ -e /sys/class/infiniband/rrxe1 ] || rdma link add rrxe1 type rrxe netdev veth1"
+check nvmeof.two_dev.rrxe1_active wait_for 20 bash -c "ibv_devinfo -d rrxe1 | grep -q PORT_ACTIVE"
+check nvmeof.two_dev.netem bash -c "tc qdisc replace dev veth0 root netem loss 1% && tc qdisc replace dev veth1 root netem loss 1%"
+r0=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
+run_io nvmeof.two_dev.loss1 "${RRXE_NVME_LOSSY_MIB:-64}" 10.99.0.2
+r1=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
+log "two devices, netem loss 1%: $(tc -s qdisc show dev veth0 | grep -o 'dropped [0-9]*') on veth0, $(tc -s qdisc show dev veth1 | grep -o 'dropped [0-9]*') on veth1; rrxe retransmits +$((r1 - r0))"
+if [ $((r1 - r0)) -gt 0 ]; then pass nvmeof.two_dev.loss1.retransmits; else fail nvmeof.two_dev.loss1.retransmits "retransmits +$((r1 - r0))"; fi
+tc qdisc del dev veth0 root 2>/dev/null; tc qdisc del dev veth1 root 2>/dev/null
+check nvmeof.two_dev.rrxe1_deleted rdma link delete rrxe1
 check nvmeof.target_torn_down target_down
 check nvmeof.modules_unloaded bash -c "rmmod nvme_rdma && rmmod nvmet_rdma && rmmod nvmet"
 check nvmeof.rrxe_unloads bash -c "rdma link delete rrxe0; rmmod rrxe"
