@@ -36,20 +36,21 @@ use core::{
 };
 use kernel::{prelude::*, sync::Arc, types::Opaque};
 
-/// The RoCEv2 UDP destination port (IANA).
-pub(crate) const ROCE_V2_UDP_DPORT: u16 = 4791;
+pub(crate) use crate::logic::iphdr::ROCE_V2_UDP_DPORT;
+use crate::logic::iphdr::{
+    self, IPV4_LEN as IPV4_HLEN, IPV6_LEN as IPV6_HLEN, UDP_LEN as UDP_HLEN,
+};
 
 /// Smallest UDP payload accepted: a BTH (12 bytes) and the ICRC (4 bytes).
 pub(crate) const MIN_PAYLOAD: usize = 12 + 4;
+
+/// Longest IP header accepted in front of a datagram (IPv6 with extension headers).
+const MAX_IP_HLEN: usize = 512;
 
 /// Largest UDP payload accepted: a 4096-byte path MTU plus the largest header stack
 /// (BTH + RETH + ImmDt = 32 bytes; BTH + DETH + ImmDt and BTH + AtomicETH are smaller), up to
 /// 3 pad bytes and the ICRC, rounded up.
 pub(crate) const MAX_PAYLOAD: usize = 4096 + 64;
-
-const UDP_HLEN: usize = 8;
-const IPV4_HLEN: usize = 20;
-const IPV6_HLEN: usize = 40;
 
 /// The receive callback: called in softirq context for each RoCEv2 datagram, with `pkt` the UDP
 /// payload (BTH .. ICRC, [`MIN_PAYLOAD`]`..=`[`MAX_PAYLOAD`] bytes). It must not sleep; the
@@ -614,39 +615,43 @@ impl UdpHandle {
             }
         };
         let udp_len = UDP_HLEN + pkt.len();
-        // SAFETY: the skb has headroom for the UDP and IPv4 headers (reserved above); `skb_push`
-        // returns the start of the bytes it adds. We write both headers in full (the IP
-        // identification through `__ip_select_ident`, as the IP layer would), then the ICRC over
-        // the final headers, then hand the skb and our route reference to `ip_local_out`, which
-        // fills the IP checksum and consumes both. `rt` stays valid until `skb_dst_set` takes
-        // over our reference.
-        let r = unsafe {
-            let uh = b::skb_push(skb, UDP_HLEN as u32).cast::<u8>();
-            let uhs = core::slice::from_raw_parts_mut(uh, udp_len);
-            uhs[0..2].copy_from_slice(&path.udp_sport.to_be_bytes());
-            uhs[2..4].copy_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
-            uhs[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            uhs[6..8].copy_from_slice(&[0, 0]);
+        let ip = iphdr::ipv4(
+            saddr.to_ne_bytes(),
+            daddr.to_ne_bytes(),
+            path.tclass,
+            ttl,
+            udp_len,
+        );
+        let uh = iphdr::udp(path.udp_sport, udp_len);
+        // SAFETY: the skb has headroom for the UDP and IPv4 headers (reserved above);
+        // `skb_push` returns the start of the bytes it adds, which we fill.
+        let (ih, udp) = unsafe {
+            let u = b::skb_push(skb, UDP_HLEN as u32).cast::<u8>();
+            ptr::copy_nonoverlapping(uh.as_ptr(), u, UDP_HLEN);
             b::rrxe_skb_reset_transport_header(skb);
-            let ih = b::skb_push(skb, IPV4_HLEN as u32).cast::<u8>();
+            let h = b::skb_push(skb, IPV4_HLEN as u32).cast::<u8>();
+            ptr::copy_nonoverlapping(ip.as_ptr(), h, IPV4_HLEN);
             b::rrxe_skb_reset_network_header(skb);
-            let ihs = core::slice::from_raw_parts_mut(ih, IPV4_HLEN);
-            ihs.fill(0);
-            ihs[0] = 0x45;
-            ihs[1] = path.tclass;
-            ihs[2..4].copy_from_slice(&((IPV4_HLEN + udp_len) as u16).to_be_bytes());
-            ihs[6..8].copy_from_slice(&(b::IP_DF as u16).to_be_bytes());
-            ihs[8] = ttl;
-            ihs[9] = b::IPPROTO_UDP as u8;
-            ihs[12..16].copy_from_slice(&saddr.to_ne_bytes());
-            ihs[16..20].copy_from_slice(&daddr.to_ne_bytes());
-            b::__ip_select_ident(net, ih.cast(), 1);
-            let ip: &[u8; IPV4_HLEN] = &*(ih.cast::<[u8; IPV4_HLEN]>());
-            let udp = core::slice::from_raw_parts_mut(uh, udp_len);
-            if let Ok(c) = crate::logic::icrc::icrc_v4(ip, udp) {
-                crate::logic::icrc::write_icrc(udp, c);
-            }
-            // `ip_local_out` sets `skb->protocol` itself.
+            (h, u)
+        };
+        // The IP identification, as the IP layer would choose it (before the ICRC, which
+        // covers it).
+        // SAFETY: `ih` is the IPv4 header just written in the skb, which is ours.
+        unsafe { b::__ip_select_ident(net, ih.cast(), 1) };
+        // SAFETY: both headers and the payload lie in the skb's linear data, ours until
+        // `ip_local_out`; nothing else refers to them meanwhile.
+        let (ip, udp) = unsafe {
+            (
+                &*(ih.cast::<[u8; IPV4_HLEN]>()),
+                core::slice::from_raw_parts_mut(udp, udp_len),
+            )
+        };
+        if let Ok(c) = crate::logic::icrc::icrc_v4(ip, udp) {
+            crate::logic::icrc::write_icrc(udp, c);
+        }
+        // SAFETY: `rt` stays valid until `skb_dst_set` takes over our reference; `ip_local_out`
+        // fills the IP checksum, sets `skb->protocol` and consumes the skb and the route.
+        let r = unsafe {
             b::rrxe_skb_dst_set(skb, ptr::addr_of_mut!((*rt).dst));
             b::ip_local_out(net, sk, skb)
         };
@@ -730,18 +735,8 @@ impl UdpHandle {
         let udp_len = UDP_HLEN + pkt.len();
         // The final IPv6 and UDP headers but for the UDP checksum, which the ICRC masks (with
         // traffic class, flow label and hop limit) and `udp6_set_csum` fills in below.
-        let mut ip = [0u8; IPV6_HLEN];
-        let flow = 0x6000_0000u32 | (u32::from(path.tclass) << 20) | label;
-        ip[0..4].copy_from_slice(&flow.to_be_bytes());
-        ip[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        ip[6] = b::IPPROTO_UDP as u8;
-        ip[7] = ttl;
-        ip[8..24].copy_from_slice(&path.sgid);
-        ip[24..40].copy_from_slice(&path.dgid);
-        let mut uh = [0u8; UDP_HLEN];
-        uh[0..2].copy_from_slice(&path.udp_sport.to_be_bytes());
-        uh[2..4].copy_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
-        uh[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        let ip = iphdr::ipv6(path.sgid, path.dgid, path.tclass, label, ttl, udp_len);
+        let uh = iphdr::udp(path.udp_sport, udp_len);
         // SAFETY: the skb's data is the `pkt.len()` bytes copied by `build_skb`, ours until sent.
         let data = unsafe { core::slice::from_raw_parts_mut((*skb).data, pkt.len()) };
         if let (Some(bth), Some(rest)) = (
@@ -883,47 +878,6 @@ impl PinnedDrop for NetnsExit {
     }
 }
 
-/// Reads the addressing out of the IP header at `nh` and the UDP header at `uh`.
-///
-/// # Safety
-///
-/// `nh` must point to a complete IPv4 or IPv6 header (or at least one readable byte, if it is
-/// neither); `uh` to a UDP header. An IPv4 header with options (IHL other than 5) is refused
-/// (`None`): the RoCEv2 ICRC and the UDP header position assume the 20-byte header.
-unsafe fn parse_headers(nh: *const u8, uh: *const u8) -> Option<RxMeta> {
-    // SAFETY: per the contract, the header bytes read below are readable.
-    unsafe {
-        let byte = |i: usize| *nh.add(i);
-        let mut m = RxMeta {
-            udp_sport: u16::from_be_bytes([*uh, *uh.add(1)]),
-            ..RxMeta::default()
-        };
-        match byte(0) >> 4 {
-            4 if byte(0) & 0xf == 5 => {
-                m.is_v4 = true;
-                m.tclass = byte(1);
-                m.hop_limit = byte(8);
-                for (gid, at) in [(&mut m.sgid, 12), (&mut m.dgid, 16)] {
-                    gid[10] = 0xff;
-                    gid[11] = 0xff;
-                    ptr::copy_nonoverlapping(nh.add(at), gid.as_mut_ptr().add(12), 4);
-                }
-            }
-            6 => {
-                m.tclass = (byte(0) << 4) | (byte(1) >> 4);
-                m.flow_label = (u32::from(byte(1) & 0xf) << 16)
-                    | (u32::from(byte(2)) << 8)
-                    | u32::from(byte(3));
-                m.hop_limit = byte(7);
-                ptr::copy_nonoverlapping(nh.add(8), m.sgid.as_mut_ptr(), 16);
-                ptr::copy_nonoverlapping(nh.add(24), m.dgid.as_mut_ptr(), 16);
-            }
-            _ => return None,
-        }
-        Some(m)
-    }
-}
-
 /// The encapsulation hook (`encap_rcv`) of our sockets.
 ///
 /// # Safety
@@ -995,34 +949,50 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
                 .dev,
         )
     };
-    // SAFETY: `nh` points to the IPv4/IPv6 header the IP layer validated, `data` to the UDP
-    // header (at least `UDP_HLEN` bytes, checked above).
-    let Some(mut meta) = (unsafe { parse_headers(nh, data) }) else {
+    // The IP header the stack validated runs from `nh` up to the UDP header at `data`.
+    let Some(ip_len) = (data as usize)
+        .checked_sub(nh as usize)
+        .filter(|&n| n <= MAX_IP_HLEN)
+    else {
         return drop_counted(&COUNTERS.rx_drop_bad_ip);
     };
-    meta.netdev = dev as usize;
-    // SAFETY: `nh` is the network header the IP layer validated: for IPv4 exactly 20 bytes
-    // (`parse_headers` refused headers with options), for IPv6 the 40-byte fixed header (any
-    // extension headers follow it and only make the ICRC mismatch); `data` is the `len` linear
-    // bytes of the UDP datagram; both live until the skb is freed below.
-    let icrc_ok = unsafe {
-        let udp = core::slice::from_raw_parts(data, len);
-        let c = if meta.is_v4 {
-            crate::logic::icrc::icrc_v4(&*nh.cast::<[u8; IPV4_HLEN]>(), udp)
-        } else {
-            crate::logic::icrc::icrc_v6(&*nh.cast::<[u8; IPV6_HLEN]>(), udp)
-        };
-        c.ok()
-            .is_some_and(|c| Some(c) == crate::logic::icrc::stored_icrc(udp))
+    // SAFETY: `nh .. data` is the IP header and `data .. data + len` the UDP datagram, all in
+    // the skb's linear head buffer (`nh` before `data`, checked), unchanged until the skb is
+    // freed below.
+    let (ip, udp) = unsafe {
+        (
+            core::slice::from_raw_parts(nh, ip_len),
+            core::slice::from_raw_parts(data, len),
+        )
     };
+    let Some(a) = iphdr::parse(ip, udp) else {
+        return drop_counted(&COUNTERS.rx_drop_bad_ip);
+    };
+    let mut meta = RxMeta {
+        sgid: a.sgid,
+        dgid: a.dgid,
+        is_v4: a.is_v4,
+        tclass: a.tclass,
+        hop_limit: a.hop_limit,
+        flow_label: a.flow_label,
+        udp_sport: a.udp_sport,
+        netdev: dev as usize,
+        ..RxMeta::default()
+    };
+    // For IPv4 exactly the 20-byte header (`parse` refuses options); for IPv6 the fixed
+    // header (extension headers, if any, follow it and only make the ICRC mismatch).
+    let c = match (ip.first_chunk::<IPV4_HLEN>(), ip.first_chunk::<IPV6_HLEN>()) {
+        (Some(h), _) if meta.is_v4 => crate::logic::icrc::icrc_v4(h, udp).ok(),
+        (_, Some(h)) => crate::logic::icrc::icrc_v6(h, udp).ok(),
+        _ => None,
+    };
+    let icrc_ok = c.is_some() && c == crate::logic::icrc::stored_icrc(udp);
     if !icrc_ok {
         // Dropped here; the device still learns of it (its `rx_icrc_errors` counter).
         inc(&COUNTERS.rx_drop_icrc);
         meta.bad_icrc = true;
     }
-    // SAFETY: the payload is the `len - UDP_HLEN` linear bytes after the UDP header, valid and
-    // unchanged until the skb is freed below.
-    let pkt = unsafe { core::slice::from_raw_parts(data.add(UDP_HLEN), len - UDP_HLEN) };
+    let pkt = udp.get(UDP_HLEN..).unwrap_or_default();
     // SAFETY: the entry is alive (see above) and immutable apart from its atomic refcount.
     let rx = unsafe { (*entry).rx };
     if icrc_ok {

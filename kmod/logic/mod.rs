@@ -12,6 +12,7 @@
 pub mod guid;
 pub mod icrc;
 pub mod idalloc;
+pub mod iphdr;
 pub mod limits;
 pub mod link;
 pub mod mr;

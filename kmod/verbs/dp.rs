@@ -34,7 +34,7 @@ use crate::ib::{
     work,
 };
 use crate::logic::{
-    idalloc,
+    idalloc, iphdr,
     qp_state::QpState,
     roce,
     stats::Stat,
@@ -1482,7 +1482,7 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
 /// our own GID).
 fn loopback_grh(p: &Path, len: usize) -> [u8; tp::GRH_LEN] {
     let sgid = p.av.sgid.map(|s| s.gid).unwrap_or(p.av.dgid);
-    tp::make_grh(
+    iphdr::grh(
         sgid,
         p.av.dgid,
         p.av.traffic_class,
@@ -1889,7 +1889,7 @@ pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
         fabric.stats.add(Stat::RxIcrcErrors, 1);
         return;
     }
-    let grh = tp::make_grh(
+    let grh = iphdr::grh(
         meta.sgid,
         meta.dgid,
         meta.tclass,

@@ -52,7 +52,7 @@ pub mod access {
 }
 
 /// Bytes of the GRH area at the start of a UD receive buffer.
-pub const GRH_LEN: usize = 40;
+pub const GRH_LEN: usize = crate::logic::iphdr::IPV6_LEN;
 /// Largest message (IBTA: 2^31).
 pub const MAX_MSG: u64 = 1 << 31;
 /// RC requester window: unacknowledged packets in flight at most.
@@ -889,53 +889,4 @@ pub fn decode_cqe(b: &[u8; crate::uapi::CQE_SIZE]) -> Cqe {
         dlid_path_bits: b[offset_of!(Cqe, dlid_path_bits)],
         reserved: [0; 18],
     }
-}
-
-/// The 40-byte GRH of a RoCEv2 packet from `sgid` to `dgid` carrying `roce_len` bytes of UDP
-/// payload: an IPv6 header, or for IPv4-mapped GIDs 20 zero bytes then an IPv4 header (the
-/// layout libibverbs' `ibv_init_ah_from_wc` expects).
-pub fn make_grh(
-    sgid: [u8; 16],
-    dgid: [u8; 16],
-    tclass: u8,
-    hop_limit: u8,
-    flow_label: u32,
-    roce_len: usize,
-) -> [u8; GRH_LEN] {
-    let mut g = [0u8; GRH_LEN];
-    let udp_len = roce_len + 8;
-    match (
-        crate::logic::roce::gid_to_addr(sgid),
-        crate::logic::roce::gid_to_addr(dgid),
-    ) {
-        (crate::logic::roce::GidAddr::V4(s), crate::logic::roce::GidAddr::V4(d)) => {
-            let h = &mut g[20..];
-            h[0] = 0x45;
-            h[1] = tclass;
-            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-            h[6] = 0x40;
-            h[8] = hop_limit;
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            let mut sum = 0u32;
-            for i in 0..10 {
-                sum += u32::from(u16::from_be_bytes([h[2 * i], h[2 * i + 1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-        }
-        _ => {
-            let w = 0x6000_0000 | (u32::from(tclass) << 20) | (flow_label & 0xf_ffff);
-            g[0..4].copy_from_slice(&w.to_be_bytes());
-            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            g[6] = 17;
-            g[7] = hop_limit;
-            g[8..24].copy_from_slice(&sgid);
-            g[24..40].copy_from_slice(&dgid);
-        }
-    }
-    g
 }
