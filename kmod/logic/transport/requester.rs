@@ -410,7 +410,7 @@ where
     /// unacknowledged (RC, not waiting for RNR), and `progress` restarts it.
     pub(super) fn update_timer<E: Env>(&mut self, env: &mut E, progress: bool) {
         let outstanding = self.cfg.qp_type == QpType::Rc
-            && self.req.acked != self.req.psn
+            && self.unacked()
             && !self.req.rnr_wait
             && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
         match (outstanding, self.cfg.retry_timeout_usecs()) {
@@ -429,17 +429,24 @@ where
         }
     }
 
+    /// Some PSN ever sent is not acknowledged. Not `acked != psn`: after a timeout went back,
+    /// the PSNs it will send again stay unacknowledged even while nothing has gone out again
+    /// (the shell may be unable to send: its packets in flight capped, or the path pushing
+    /// back), and the timer must keep running and spending retries, so that a requester whose
+    /// path is dead fails with RETRY_EXC_ERR within `timeout` x (`retry_cnt` + 1) whether or
+    /// not it can transmit (rdma_rxe 6.12 does not: its retransmissions stall behind the skbs
+    /// it still counts in flight).
+    fn unacked(&self) -> bool {
+        self.req.acked.before(self.req.high)
+    }
+
     /// The retransmit timer fired: go back N from the oldest unacknowledged PSN, or fail the
     /// oldest WR with RETRY_EXC_ERR when the retries are spent. The caller then runs the
     /// requester.
     pub fn retry_timer_expired<E: Env>(&mut self, env: &mut E) {
         self.req.timer_armed = false;
         let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
-        if !active
-            || self.cfg.qp_type != QpType::Rc
-            || self.req.acked == self.req.psn
-            || self.req.rnr_wait
-        {
+        if !active || self.cfg.qp_type != QpType::Rc || !self.unacked() || self.req.rnr_wait {
             return;
         }
         self.stat(env, Stat::Timeouts, 1);

@@ -810,6 +810,44 @@ fn ack_past_an_outstanding_read_is_an_implied_nak() {
     assert_eq!(p.sb.recv_cq.len(), 1);
 }
 
+/// A requester whose shell can send nothing after the first transmission (its packets in
+/// flight capped by skbs stuck in a dead path's queues, or the path pushing back) still times
+/// out and spends its retries: RETRY_EXC_ERR after `retry_cnt` + 1 expiries, not a stall until
+/// the stack frees the skbs (the bug rdma_rxe 6.12 has, and rrxe had for a day with its cap).
+#[test]
+fn a_requester_that_cannot_send_still_times_out() {
+    for retry_cnt in [0u8, 3, 7] {
+        let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = retry_cnt);
+        for id in [1, 2] {
+            p.post_send(
+                signaled(wr_opcode::RDMA_WRITE, id, 1),
+                &[Sge {
+                    addr: 0x1000_0000,
+                    length: 3000,
+                    lkey: 0x100,
+                }],
+                &[],
+            );
+        }
+        assert!(p.a.run_requester(&mut p.sa, &mut p.scratch, 16) > 0);
+        p.sa.out.clear();
+        let mut timeouts = 0u32;
+        while p.sa.retry_timer.take().is_some() {
+            p.a.retry_timer_expired(&mut p.sa);
+            assert_eq!(p.a.run_requester(&mut p.sa, &mut p.scratch, 0), 0);
+            timeouts += 1;
+            assert!(timeouts <= 8, "retry_cnt {retry_cnt}: the timer never stops");
+        }
+        assert_eq!(
+            statuses(&p.sa),
+            vec![(1, wc_status::RETRY_EXC_ERR), (2, wc_status::WR_FLUSH_ERR)],
+            "retry_cnt {retry_cnt}"
+        );
+        assert_eq!(timeouts, u32::from(retry_cnt) + 1);
+        assert_eq!(p.a.state(), QpState::Err);
+    }
+}
+
 #[test]
 fn retries_exhausted_fail_with_retry_exc_err() {
     for retry_cnt in [0u8, 3, 7] {
