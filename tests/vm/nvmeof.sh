@@ -10,7 +10,7 @@
 # and target share rrxe0 (loopback); the second puts a second device, rrxe1, on veth1 in
 # init_net too (accept_local, as two rdma_rxe devices are run in one namespace), the host
 # connects from rrxe1's address (host_traddr) to the target on rrxe0's, so every packet crosses
-# the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (64) MiB go through
+# the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (32) MiB go through
 # and come back identical, and rrxe's retransmit counters move. No rdma_rxe variant: rdma_rxe
 # 6.12 and an rrxe device cannot share init_net's UDP port (README).
 #
@@ -96,7 +96,7 @@ check nvmeof.two_dev.rrxe1_added bash -c "[ -e /sys/class/infiniband/rrxe1 ] || 
 check nvmeof.two_dev.rrxe1_active wait_for 20 bash -c "ibv_devinfo -d rrxe1 | grep -q PORT_ACTIVE"
 check nvmeof.two_dev.netem bash -c "tc qdisc replace dev veth0 root netem loss 1% && tc qdisc replace dev veth1 root netem loss 1%"
 r0=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
-run_io nvmeof.two_dev.loss1 "${RRXE_NVME_LOSSY_MIB:-64}" 10.99.0.2
+run_io nvmeof.two_dev.loss1 "${RRXE_NVME_LOSSY_MIB:-32}" 10.99.0.2
 r1=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
 log "two devices, netem loss 1%: $(tc -s qdisc show dev veth0 | grep -o 'dropped [0-9]*') on veth0, $(tc -s qdisc show dev veth1 | grep -o 'dropped [0-9]*') on veth1; rrxe retransmits +$((r1 - r0))"
 if [ $((r1 - r0)) -gt 0 ]; then pass nvmeof.two_dev.loss1.retransmits; else fail nvmeof.two_dev.loss1.retransmits "retransmits +$((r1 - r0))"; fi
