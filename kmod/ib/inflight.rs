@@ -122,7 +122,7 @@ impl<T: TxWaker> Gauge<T> {
         // Bottom halves disabled throughout: an RCU read-side section, which `drain`'s grace
         // period waits for.
         bh::with_bh_disabled(|| {
-            let n = g.count.fetch_sub(1, Ordering::SeqCst) - 1;
+            let n = g.count.fetch_sub(1, Ordering::SeqCst).wrapping_sub(1);
             if n < LOW
                 && g.stalled.load(Ordering::SeqCst)
                 && g.stalled.swap(false, Ordering::SeqCst)
