@@ -836,7 +836,10 @@ fn a_requester_that_cannot_send_still_times_out() {
             p.a.retry_timer_expired(&mut p.sa);
             assert_eq!(p.a.run_requester(&mut p.sa, &mut p.scratch, 0), 0);
             timeouts += 1;
-            assert!(timeouts <= 8, "retry_cnt {retry_cnt}: the timer never stops");
+            assert!(
+                timeouts <= 8,
+                "retry_cnt {retry_cnt}: the timer never stops"
+            );
         }
         assert_eq!(
             statuses(&p.sa),

@@ -7,10 +7,9 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use rrxe_host_tests::logic::qp_state::{transition_masks, QpState, QpType};
-
-use crate::ffi::*;
-use crate::util::{ename, mask_str};
-use crate::verbs::{Cq, Ctx, Pd, Qp};
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, mask_str};
+use rrxe_verbs_test::verbs::{Cq, Ctx, Pd, Qp};
 
 pub type S = QpState;
 

@@ -13,9 +13,8 @@
 //! exactly what a C application gets). `rdma-sys` has Rust re-implementations of some of
 //! these inlines, but with other signatures (`Option` returns) and not always the rdma-core 44
 //! body (its `___ibv_query_port` skips the `memset` of the compat path), so they are not used.
-// The C names; and not every program uses every re-export (the binaries that include this
-// file put `#[allow(dead_code)]` on `mod ffi`).
-#![allow(non_camel_case_types, non_upper_case_globals, unused_imports)]
+// The C names (`ibv_qp_state`, `IBV_QPS_RTS`), as the programs use them.
+#![allow(non_camel_case_types, non_upper_case_globals)]
 
 use std::ffi::c_uint;
 

@@ -8,16 +8,12 @@
 
 mod checks;
 mod env;
-#[allow(dead_code)]
-mod ffi;
-mod util;
-mod verbs;
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use env::{gid_str, Env};
-use util::Report;
+use rrxe_verbs_test::util::Report;
 
 const USAGE: &str = "usage: rrxe-verbs-test [--dev NAME] [--port N] [--gid-index N] [--peer IPV4]
                       [--only CHECK[,CHECK]]... [--skip CHECK[,CHECK]]... [--cycles N] [--hold]

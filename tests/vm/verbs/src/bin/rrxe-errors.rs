@@ -27,18 +27,7 @@
 //!
 //! Prints PASS/FAIL lines and "N passed, N failed" (checks); exits non-zero on failure.
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util, verbs};
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -23,21 +23,7 @@
 //! rx_no_buffer) grew by at least the number of invalid packets (the table is printed); the
 //! device still works afterwards (a fresh transfer). Seeded: `--seed` replays a run.
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../robust.rs"]
-#[allow(dead_code)]
-mod robust;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, robust, util, verbs};
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

@@ -25,18 +25,7 @@
 //! died (and by which signal). Fails when a verb returned something other than 0 or a clean
 //! errno (1..=133), or a child hung (each segment is bounded).
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util};
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;

@@ -32,18 +32,7 @@
 //!   --bursts N     RC only: N bursts of up to 16 RDMA WRITEs and READs posted at once on
 //!                  disjoint buffers (several messages in flight), every byte verified
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util, verbs};
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -21,18 +21,7 @@
 //!
 //! Prints PASS/FAIL/INFO lines and "N passed, N failed"; exit status non-zero on failure.
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util};
 
 use std::collections::VecDeque;
 use std::process::ExitCode;

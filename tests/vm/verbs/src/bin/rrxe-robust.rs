@@ -19,21 +19,7 @@
 //!       creates and destroys N QPs and N MRs (capped by ibv_query_device), printing time per
 //!       create and kernel memory per object (/proc/meminfo Slab + VmallocUsed deltas)
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../robust.rs"]
-#[allow(dead_code)]
-mod robust;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, robust, util, verbs};
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -15,18 +15,7 @@
 //!
 //! Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero on failure.
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util};
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;

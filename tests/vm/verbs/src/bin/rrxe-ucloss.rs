@@ -18,18 +18,7 @@
 //! message was dropped, i.e. the fault injection worked), ucloss.still_works (probes get
 //! through), ucloss.qps_rts.
 
-#[path = "../dp.rs"]
-#[allow(dead_code)]
-mod dp;
-#[path = "../ffi.rs"]
-#[allow(dead_code)]
-mod ffi;
-#[path = "../util.rs"]
-#[allow(dead_code)]
-mod util;
-#[path = "../verbs.rs"]
-#[allow(dead_code)]
-mod verbs;
+use rrxe_verbs_test::{dp, ffi, util};
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -10,10 +10,11 @@
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, Report, EINVAL};
+use rrxe_verbs_test::verbs::{Ah, Qp};
+
 use crate::env::{gid_str, v4_mapped, Env, S, STATE};
-use crate::ffi::*;
-use crate::util::{ename, Report, EINVAL};
-use crate::verbs::{Ah, Qp};
 
 const UNREACHABLE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 7);
 

@@ -3,10 +3,11 @@
 //! reported); an XRC domain → refused. GSI/SMI QPs cannot be created from user space (no
 //! ibv_qp_type for them): SKIP.
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, errno, Report, EOPNOTSUPP};
+use rrxe_verbs_test::verbs::Qp;
+
 use crate::env::Env;
-use crate::ffi::*;
-use crate::util::{ename, errno, Report, EOPNOTSUPP};
-use crate::verbs::Qp;
 
 pub fn run(env: &Env, r: &mut Report) {
     if !r.wants_any("create") {

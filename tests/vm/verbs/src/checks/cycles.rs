@@ -6,10 +6,11 @@
 
 use std::time::Instant;
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, Report};
+use rrxe_verbs_test::verbs::{Ah, Cq, Mr, Pd, Qp};
+
 use crate::env::{Env, S};
-use crate::ffi::*;
-use crate::util::{ename, Report};
-use crate::verbs::{Ah, Cq, Mr, Pd, Qp};
 
 enum Err {
     Create(String),

@@ -5,9 +5,10 @@
 use std::io::Write;
 use std::time::Duration;
 
+use rrxe_verbs_test::util::ename;
+use rrxe_verbs_test::verbs::{Ah, Mr};
+
 use crate::env::{Env, S, TYPES};
-use crate::util::ename;
-use crate::verbs::{Ah, Mr};
 
 pub fn run(env: &Env) -> Result<(), String> {
     let mut qps = Vec::new();

@@ -4,9 +4,9 @@
 //!     IBV_QP_STATE alone and with the attributes the target state would normally need.
 
 use rrxe_host_tests::logic::qp_state::transition_is_valid;
+use rrxe_verbs_test::util::{Report, EINVAL};
 
 use crate::env::{req_opt, sname, tname, Env, S, STATE, TYPES};
-use crate::util::{Report, EINVAL};
 
 /// The bits a QP normally brings into `next` (what its usual predecessor requires).
 fn natural(next: S, t: u32) -> u32 {
@@ -54,7 +54,7 @@ pub fn run(env: &Env, r: &mut Report) {
                 for &m in &masks {
                     let attr = env.attr(&env.b, &qp, next, cur);
                     if let Err(e) = env.expect_errno(&qp, cur, &attr, m, EINVAL) {
-                        errs.push(format!("with {}: {e}", crate::util::mask_str(m)));
+                        errs.push(format!("with {}: {e}", rrxe_verbs_test::util::mask_str(m)));
                     }
                 }
                 r.cases(&name, errs, masks.len());

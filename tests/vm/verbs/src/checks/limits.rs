@@ -4,10 +4,11 @@
 //!    created. A CQ with cqe above max_cqe is refused (EINVAL), with cqe == max_cqe created;
 //!    a comp_vector outside 0..num_comp_vectors is refused (EINVAL).
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, Report, EINVAL};
+use rrxe_verbs_test::verbs::{Cq, Qp};
+
 use crate::env::{Env, TYPES};
-use crate::ffi::*;
-use crate::util::{ename, Report, EINVAL};
-use crate::verbs::{Cq, Qp};
 
 fn qp_refused(env: &Env, f: &dyn Fn(&mut ibv_qp_cap)) -> Result<(), String> {
     let mut errs = Vec::new();

@@ -11,9 +11,10 @@
 //!    EOPNOTSUPP; and modifies without IBV_QP_STATE are checked against the cur→cur row of the
 //!    table (RTR→RTR does not exist; RTS→RTS allows only its optional bits).
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{bits, ename, mask_str, Report, EINVAL, EOPNOTSUPP};
+
 use crate::env::{req_opt, sname, tname, Env, PATH, S, STANDARD_BITS, STATE, TYPES};
-use crate::ffi::*;
-use crate::util::{bits, ename, mask_str, Report, EINVAL, EOPNOTSUPP};
 
 pub fn run(env: &Env, r: &mut Report) {
     for t in TYPES {

@@ -11,10 +11,11 @@
 //!    limit when it resolves the address (ib_resolve_eth_dmac); the test sets 64, the IPv4
 //!    default TTL, so that both agree.
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, mask_str, Report};
+use rrxe_verbs_test::verbs::Qp;
+
 use crate::env::{fields, mismatches, tname, Env, Vals, S, STATE, TYPES};
-use crate::ffi::*;
-use crate::util::{ename, mask_str, Report};
-use crate::verbs::Qp;
 
 type Want = Vec<(&'static str, u64)>;
 

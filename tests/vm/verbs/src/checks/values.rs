@@ -7,10 +7,11 @@
 //!    and the query shows the masked PSN; refusing with EINVAL (and no change) also passes.
 //!    The INFO line says which happened.
 
+use rrxe_verbs_test::ffi::*;
+use rrxe_verbs_test::util::{ename, Report, EINVAL};
+use rrxe_verbs_test::verbs::Qp;
+
 use crate::env::{mismatches, req_opt, tname, Env, S, STATE, TYPES};
-use crate::ffi::*;
-use crate::util::{ename, Report, EINVAL};
-use crate::verbs::Qp;
 
 type Tweak = Box<dyn Fn(&mut ibv_qp_attr)>;
 

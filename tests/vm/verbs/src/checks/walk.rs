@@ -2,8 +2,9 @@
 //!    the required attributes (RC/UC address vectors loop back to the device's own GID and
 //!    the QP's own QPN), and `ibv_query_qp` shows every new state.
 
+use rrxe_verbs_test::util::Report;
+
 use crate::env::{sname, tname, Env, PATH, TYPES};
-use crate::util::Report;
 
 pub fn run(env: &Env, r: &mut Report) {
     for t in TYPES {
@@ -24,7 +25,7 @@ pub fn run(env: &Env, r: &mut Report) {
                 done.push(sname(next));
             }
             qp.destroy()
-                .map_err(|e| format!("ibv_destroy_qp: {}", crate::util::ename(e)))
+                .map_err(|e| format!("ibv_destroy_qp: {}", rrxe_verbs_test::util::ename(e)))
         })();
         r.result(&name, res);
     }
