@@ -28,22 +28,34 @@ impl IdAlloc {
         self.in_use
     }
 
-    /// Allocates the next free id after the cursor, or `None` when every bit is set.
+    /// Allocates the next free id after the cursor, or `None` when every bit is set. Scans a
+    /// word (64 ids) per step, so a nearly full bitmap of `n` ids costs `n / 64` steps.
     pub fn alloc(&mut self, bits: &mut [u64]) -> Option<u32> {
-        let n = (bits.len() as u32).checked_mul(64)?;
-        if n == 0 {
-            return None;
-        }
-        for step in 0..n {
-            let i = (self.cursor.wrapping_add(step)) % n;
-            let (w, b) = ((i / 64) as usize, i % 64);
+        let words = bits.len();
+        let n = u32::try_from(words).ok()?.checked_mul(64)?;
+        let start = self.cursor.checked_rem(n)?;
+        let (sw, sb) = ((start / 64) as usize, start % 64);
+        // The cursor's word from the cursor on, the other words in order, then the cursor's
+        // word below the cursor.
+        let mut w = sw;
+        for k in 0..=words {
             let word = bits.get_mut(w)?;
-            if *word & (1u64 << b) == 0 {
+            let mut free = !*word;
+            if k == 0 {
+                free &= !0u64 << sb;
+            }
+            if k == words {
+                free &= (1u64 << sb).wrapping_sub(1);
+            }
+            if free != 0 {
+                let b = free.trailing_zeros() % 64;
                 *word |= 1u64 << b;
-                self.cursor = (i + 1) % n;
+                let i = (w as u32) * 64 + b;
+                self.cursor = if i + 1 < n { i + 1 } else { 0 };
                 self.in_use += 1;
                 return self.first.checked_add(i);
             }
+            w = if w + 1 < words { w + 1 } else { 0 };
         }
         None
     }

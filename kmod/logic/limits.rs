@@ -15,8 +15,8 @@ pub const MAX_SGE_RD: u32 = 32;
 pub const MAX_CQ: u32 = 16 * 1024;
 /// Entries per completion queue (the ring has `MAX_CQE + 1` slots, a power of two).
 pub const MAX_CQE: u32 = 32 * 1024 - 1;
-/// Memory regions per device.
-pub const MAX_MR: u32 = 64 * 1024;
+/// Memory regions per device (rdma_rxe: 524,287). The MR table costs 8 bytes per entry.
+pub const MAX_MR: u32 = 256 * 1024;
 /// Largest memory region, in bytes.
 pub const MAX_MR_SIZE: u64 = 1 << 40;
 /// Protection domains per device.

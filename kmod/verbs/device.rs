@@ -60,9 +60,9 @@ pub(crate) struct Quotas {
 /// An id bitmap and its allocator.
 struct Ids {
     alloc: IdAlloc,
-    bits: KVec<u64>,
+    bits: KVVec<u64>,
     /// MR key indices: the key byte each index carried last (empty for other ids).
-    last_key: KVec<u8>,
+    last_key: KVVec<u8>,
 }
 
 impl Ids {
@@ -70,14 +70,14 @@ impl Ids {
         let words = count.div_ceil(64) as usize;
         Ok(Ids {
             alloc: IdAlloc::new(first),
-            bits: KVec::from_elem(0u64, words, GFP_KERNEL)?,
-            last_key: KVec::new(),
+            bits: KVVec::from_elem(0u64, words, GFP_KERNEL)?,
+            last_key: KVVec::new(),
         })
     }
 
     fn with_keys(first: u32, count: u32) -> Result<Self> {
         let mut ids = Self::new(first, count)?;
-        ids.last_key = KVec::from_elem(0u8, ids.bits.len() * 64, GFP_KERNEL)?;
+        ids.last_key = KVVec::from_elem(0u8, ids.bits.len() * 64, GFP_KERNEL)?;
         Ok(ids)
     }
 }

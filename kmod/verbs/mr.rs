@@ -90,8 +90,8 @@ pub(super) fn get_dma(dev: &Device<Rrxe>, pd: &RrxePd, access: u32) -> Result<(R
 
 pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
     // After this no data-path access can start, and none is still running: the pages are
-    // released when the last reference (ours) goes.
-    drop(dev.data().fabric.mrs.remove_sync(region.index));
+    // released with the last reference.
+    dev.data().fabric.mrs.remove_quiesced(region.index);
     dev.data().free_mr_index(region.index);
 }
 

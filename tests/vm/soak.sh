@@ -9,7 +9,15 @@
 #
 # Environment: RRXE_SOAK_MIB (100), RRXE_SOAK_TOPOS ("A B"), RRXE_SOAK_SETTINGS (none and the
 # names in rel-lib.sh), RRXE_SOAK_MAX_SIZE (largest message, 4194304; 1 MiB under loss10),
-# RRXE_SOAK_STEP_TIMEOUT (seconds per setting, 3600), RRXE_SOAK_SEED.
+# RRXE_SOAK_STEP_TIMEOUT (seconds per setting, 3600), RRXE_SOAK_SEED, RRXE_SOAK_ACK_TIMEOUT (the
+# QPs' local ACK timeout exponent, 4.096 us x 2^N; 18), RRXE_SOAK_MAX_READ (largest RDMA READ;
+# the largest message, except 64 KiB for topology B under reorder: rdma_rxe's requester
+# recovers a gap in READ responses only when its ACK timer expires (rxe_comp.c check_psn()
+# drops a READ response past the expected PSN and waits), and 25% reordering leaves it a few
+# packets of progress per expiry, so a 4 MiB READ from rxe0 takes about 900 expiries, 15 minutes
+# at 1.07 s each. A shorter timeout does not rescue it: at 12 (16.8 ms) rrxe1's own requests to
+# the busy rxe0 ran out of retries. rrxe's requester re-reads from the gap at once, and moves
+# 4 MiB READs through the same reordering in topology A.)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,13 +39,15 @@ for topo in $topos; do
   for ent in "none|" "${SETTINGS[@]}"; do
     name=${ent%%|*}; spec=${ent#*|}
     [[ $want == *" $name "* ]] || continue
+    ackt=${RRXE_SOAK_ACK_TIMEOUT:-18}
     max=${RRXE_SOAK_MAX_SIZE:-$([ "$name" = loss10 ] && echo $((1 << 20)) || echo $((4 << 20)))}
+    maxr=${RRXE_SOAK_MAX_READ:-$([ "$TOPO.$name" = B.reorder ] && echo 65536 || echo "$max")}
     # shellcheck disable=SC2086
     if [ -n "$spec" ] && ! netem_on $spec; then fail "soak.$TOPO.$name" "netem $spec"; continue; fi
     snap before
     s0=$(date +%s.%N)
     out=$(timeout -k 5 "$ST" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc \
-      --bytes "${mib}M" --max-size "$max" --wc-timeout 120 "${seed[@]}" 2>&1); rc=$?
+      --bytes "${mib}M" --max-size "$max" --max-read "$maxr" --timeout "$ackt" --wc-timeout 120 "${seed[@]}" 2>&1); rc=$?
     s1=$(date +%s.%N)
     snap after
     ns=$(netem_stats); netem_off
@@ -47,7 +57,7 @@ for topo in $topos; do
     rt=$(delta "$RETRANS_NAMES" before after || echo "n/a")
     ic=$(delta "$ICRC_NAMES" before after || echo "n/a")
     res=PASS; [ $rc = 0 ] || res="FAIL (exit $rc$([ $rc = 124 ] && echo ": timed out after $ST s"))"
-    line="SOAK $TOPO ${name}: ${moved:-?} MiB in $secs s ($(awk -v m="${moved:-0}" -v s="$secs" 'BEGIN { printf "%.2f", m / (s > 0 ? s : 1) }') MiB/s), retransmits +$rt, icrc_errors +$ic, ${ns#netem }: $res"
+    line="SOAK $TOPO ${name} (timeout $ackt, READs <= $maxr B): ${moved:-?} MiB in $secs s ($(awk -v m="${moved:-0}" -v s="$secs" 'BEGIN { printf "%.2f", m / (s > 0 ? s : 1) }') MiB/s), retransmits +$rt, icrc_errors +$ic, ${ns#netem }: $res"
     echo "$line"; report+=("$line")
     show_deltas before after
     if [ $rc = 0 ]; then pass "soak.$TOPO.$name"; else fail "soak.$TOPO.$name" "$(echo "$out" | grep '^FAIL' | head -2)"; fi

@@ -41,6 +41,35 @@ proptest! {
             prop_assert_eq!(a.in_use() as usize, live.len());
         }
     }
+
+    /// The word-at-a-time scan hands out exactly the id a bit-by-bit round-robin search from
+    /// the cursor would (the next free id after the last one handed out, wrapping).
+    #[test]
+    fn alloc_is_the_next_free_id_after_the_cursor(
+        words in 1usize..5,
+        ops in proptest::collection::vec(any::<(u8, u16)>(), 0..600),
+    ) {
+        let n = words as u32 * 64;
+        let mut bits = vec![0u64; words];
+        let mut a = idalloc::IdAlloc::new(1);
+        let mut live = vec![false; n as usize];
+        let mut cursor = 0u32;
+        for (op, pick) in ops {
+            if op % 3 != 0 {
+                let want = (0..n).map(|s| (cursor + s) % n).find(|&i| !live[i as usize]);
+                let got = a.alloc(&mut bits);
+                prop_assert_eq!(got, want.map(|i| i + 1));
+                if let Some(i) = want {
+                    live[i as usize] = true;
+                    cursor = (i + 1) % n;
+                }
+            } else {
+                let i = pick as u32 % n;
+                prop_assert_eq!(a.free(&mut bits, i + 1), live[i as usize]);
+                live[i as usize] = false;
+            }
+        }
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //!   rrxe-integrity --dev rrxe0 [--dev2 rrxe1] [--types rc,uc,ud] [--ops N] [--ud-ops N]
 //!                  [--seed S] [--max-size BYTES] [--ops-mix write,read,send,atomic]
 //!                  [--timeout N] [--retry-cnt N] [--wc-timeout SECS] [--bytes N]
-//!                  [--atomic-counter N] [--bursts N]
+//!                  [--atomic-counter N] [--bursts N] [--max-read BYTES]
 //!
 //! RC: SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
 //! ATOMIC_FETCH_AND_ADD; UC: the sends and writes; UD: the sends (payload <= MTU, the GRH in
@@ -20,8 +20,10 @@
 //!   --ops-mix      the operation families drawn from: write (RDMA_WRITE[_WITH_IMM]), read,
 //!                  send (SEND[_WITH_IMM]), atomic (CMP_AND_SWP, FETCH_AND_ADD); default all
 //!   --max-size     largest message (default 1 MiB; up to 4 MiB and more: the MRs grow with it)
+//!   --max-read     largest RDMA READ (default --max-size); sizes are drawn as without it and
+//!                  then capped, so a seed replays the same operations
 //!   --timeout, --retry-cnt  the RC QPs' local ACK timeout (4.096 us * 2^N) and retry count
-//!                  (default 14 and 7)
+//!                  (default 18 and 7)
 //!   --wc-timeout   seconds each completion may take (default 30; 120 for very lossy links)
 //!   --bytes N      keep drawing operations until N payload bytes moved (suffixes K, M, G);
 //!                  --ops still caps the count when given too
@@ -92,6 +94,7 @@ struct Opts {
     ud_ops: u32,
     seed: u64,
     max_size: usize,
+    max_read: Option<usize>,
     mix: Vec<Op>,
     rc: dp::RcParams,
     wc_timeout: Duration,
@@ -139,6 +142,7 @@ fn parse() -> Result<Opts, String> {
         ud_ops: 100,
         seed: dp::clock_seed(),
         max_size: 1 << 20,
+        max_read: None,
         mix: RC_OPS.to_vec(),
         ops_given: false,
         rc: dp::RcParams::default(),
@@ -172,6 +176,7 @@ fn parse() -> Result<Opts, String> {
             "--ud-ops" => o.ud_ops = dp::arg_val(&mut args, &a)?,
             "--seed" => o.seed = dp::arg_val(&mut args, &a)?,
             "--max-size" => o.max_size = dp::arg_val(&mut args, &a)?,
+            "--max-read" => o.max_read = Some(dp::arg_val(&mut args, &a)?),
             "-h" | "--help" => {
                 println!("see the header of tests/vm/verbs/src/bin/rrxe-integrity.rs");
                 std::process::exit(0);
@@ -303,6 +308,7 @@ struct Pair<'a> {
     ah_ba: Option<&'a Ah>,
     half: usize,
     max_size: usize,
+    max_read: usize,
     send_sge: usize,
     recv_sge: usize,
     rd_sge: usize,
@@ -356,6 +362,7 @@ impl Pair<'_> {
         }
         let size = match op {
             Op::Cas | Op::Faa => 8,
+            Op::Read => self.pick_size(rng).min(self.max_read),
             _ => self.pick_size(rng),
         };
         let mut desc = format!(
@@ -875,6 +882,7 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         ah_ba: ah_ba.as_ref(),
         half,
         max_size: o.max_size,
+        max_read: o.max_read.unwrap_or(o.max_size),
         send_sge: max_sge as usize,
         recv_sge: max_sge as usize,
         rd_sge: rd_sge as usize,
