@@ -532,10 +532,10 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
-    // No packet, doorbell or timer reaches the QP after this (the table removal waits for an
-    // RCU grace period).
+    // No packet, doorbell or timer reaches the QP after this (the table removal waits until
+    // no receive path holds it; a doorbell cannot race with destroy, ib_core excludes it).
     qp.inner.shutdown();
-    drop(dev.data().fabric.qps.remove_sync(qp.qpn));
+    drop(dev.data().fabric.qps.remove_counted(qp.qpn));
     if qp.qpn != GSI_QPN {
         dev.data().free_qpn(qp.qpn);
     }
