@@ -184,7 +184,9 @@ impl<T: Counted + Send + Sync> Table<T> {
     /// per removal (about 15 ms on the test guest).
     pub(crate) fn remove_counted(&self, i: u32) -> Option<Arc<T>> {
         let v = with_bh_disabled(|| self.slots.lock().get_mut(i as usize).and_then(Option::take));
-        if v.as_ref().is_some_and(|v| v.users().load(Ordering::Acquire) != 0) {
+        if v.as_ref()
+            .is_some_and(|v| v.users().load(Ordering::Acquire) != 0)
+        {
             synchronize_rcu();
         }
         v
