@@ -7,30 +7,36 @@
 # ICRC counters and netem's drops:
 #   SOAK <topo> <setting> (messages <= N B, READs <= N B): <MiB> MiB in <s> s (<MiB/s>), retransmits +N, icrc_errors +N, netem ...
 #
-# Environment: RRXE_SOAK_MIB (100), RRXE_SOAK_TOPOS ("A B"), RRXE_SOAK_SETTINGS (none and the
-# names in rel-lib.sh), RRXE_SOAK_MAX_SIZE (largest message, 4194304; 1 MiB under loss10, 64 KiB for rdma_rxe under
-# reorder, see below),
-# RRXE_SOAK_STEP_TIMEOUT (seconds per setting, 3600), RRXE_SOAK_SEED, RRXE_SOAK_ACK_TIMEOUT (the
-# QPs' local ACK timeout exponent, 4.096 us x 2^N; 18, and 14 (67 ms, perftest's value) under
-# loss10: there every lost sequence NAK, lost tail and lost resend waits for the timer, about 25
-# expiries per MiB in the host simulator (a 1 MiB WRITE at 10% loss: 19-27 timeouts, 6,000-
-# 11,000 packets resent, seeds 1-5), which at 18 (1.07 s) is about 25 s per MiB; topology A
-# only: against rdma_rxe at 14, rrxe1's retries of a READ to rxe0 ran out (2026-11-26, seed
-# 0x18eb96c0e82aa3f3) while rxe0 replayed earlier READs in full, which takes it longer than
-# 8 x 67 ms under this loss),
-# RRXE_SOAK_MAX_READ (largest RDMA READ; default the largest message).
-# The largest message is 64 KiB for rdma_rxe under reorder (topologies B and Brxe): rxe's
-# requester gets through reordering only a few packets per expiry of its ACK timer. It drops
-# a READ response past the expected PSN and waits for the timer (rxe_comp.c check_psn()), and
-# after a sequence NAK it ignores further NAKs until the timer fires (started_retry), so a
-# 4 MiB message from rxe0 needs hundreds of expiries of 1.07 s. Measured 2026-11-26 with seed
-# 0x18eb905be66e408c: rxe0 -> rxe1 (Brxe, no rrxe at all) and rxe0 -> rrxe1 (B) both stop at
-# the same operation, a 3.4 MiB READ issued by rxe0, with no completion in 120 s; with READs
-# capped at 64 KiB, B then stopped at a 4 MiB SEND from rxe0. A shorter timeout does not rescue
-# it: at 12 (16.8 ms) rrxe1's own requests to the busy rxe0 (replaying 4 MiB READs) ran out of
-# retries. With 64 KiB messages the timeout is 14 (67 ms) there too, so that each of rxe's
-# timer-paced recoveries costs 67 ms rather than 1.07 s. rrxe's requester re-reads from a gap at
-# once and moves 4 MiB messages through the same reordering (topology A).
+# Environment:
+#   RRXE_SOAK_MIB           MiB per setting (100)
+#   RRXE_SOAK_TOPOS         "A B" (also Brxe: rdma_rxe on both ends)
+#   RRXE_SOAK_SETTINGS      none and the names in rel-lib.sh
+#   RRXE_SOAK_MAX_SIZE      largest message: 4 MiB; 1 MiB under loss10; 64 KiB for rdma_rxe
+#                           under reorder (1)
+#   RRXE_SOAK_MAX_READ      largest RDMA READ (default: the largest message)
+#   RRXE_SOAK_ACK_TIMEOUT   the QPs' local ACK timeout exponent (4.096 us x 2^N): 18; 14 (67 ms,
+#                           perftest's value) for A under loss10 (2) and for rdma_rxe under
+#                           reorder (1)
+#   RRXE_SOAK_STEP_TIMEOUT  seconds per setting (3600)
+#   RRXE_SOAK_SEED          replays a run
+#
+# (1) rdma_rxe's requester gets through reordering only a few packets per expiry of its ACK
+# timer: it drops a READ response past the expected PSN and waits for the timer (rxe_comp.c
+# check_psn()), and after a sequence NAK it ignores further NAKs until the timer fires
+# (started_retry), so a 4 MiB message from rxe0 needs hundreds of expiries. Measured 2026-11-26
+# with seed 0x18eb905be66e408c: rxe0 -> rxe1 (Brxe, no rrxe at all) and rxe0 -> rrxe1 (B) both
+# stop at the same operation, a 3.4 MiB READ issued by rxe0, with no completion in 120 s; with
+# READs capped at 64 KiB, B then stopped at a 4 MiB SEND from rxe0; at timeout 12 (16.8 ms)
+# rrxe1's own requests to rxe0, busy replaying 4 MiB READs, ran out of retries. With 64 KiB
+# messages and timeout 14 each timer-paced recovery costs 67 ms, and B passes (100 MiB in
+# 185 s). rrxe's requester re-reads from a gap at once and moves 4 MiB messages through the
+# same reordering (topology A).
+# (2) Under 10% loss every lost sequence NAK, lost resend of the expected PSN and lost tail
+# waits for the timer (the IBTA lets a responder NAK a gap only once): the host simulator counts
+# 19-27 timeouts for one 1 MiB WRITE (seeds 1-5), about 25 s per MiB at 18 (1.07 s). Topology A
+# only: against rdma_rxe at 14, rrxe1's retries of a READ to rxe0 ran out (seed
+# 0x18eb96c0e82aa3f3), as rxe0 replays duplicate READs in full and answers later than 8 x 67 ms
+# under this loss.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
