@@ -34,9 +34,8 @@
 # (2) Under 10% loss every lost sequence NAK, lost resend of the expected PSN and lost tail
 # waits for the timer (the IBTA lets a responder NAK a gap only once): the host simulator counts
 # 19-27 timeouts for one 1 MiB WRITE (seeds 1-5), about 25 s per MiB at 18 (1.07 s). Topology A
-# only: against rdma_rxe at 14, rrxe1's retries of a READ to rxe0 ran out (seed
-# 0x18eb96c0e82aa3f3), as rxe0 replays duplicate READs in full and answers later than 8 x 67 ms
-# under this loss.
+# only: against rdma_rxe, a retried zero-length READ is never answered (an rdma_rxe bug, README
+# "Reliability"), which ends the run in RETRY_EXC_ERR at any timeout (seen at 14 and 16).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
