@@ -344,11 +344,14 @@ where
         if info.headers.has(opcode::Ext::Reth) {
             h.reth = Some(match e.kind {
                 // A READ sent again asks only for what has not arrived (a partial re-read).
+                // A zero-length READ carries rkey 0: the responder may not use it (C9-88), and
+                // rdma_rxe 6.12 records 0 for it and ignores a duplicate that names another
+                // rkey, so a READ whose response was lost would never be answered again.
                 WrKind::Read => {
                     let off = e.read_done.saturating_mul(cfg.mtu).min(e.len);
                     Reth {
                         va: w.remote_addr.wrapping_add(u64::from(off)),
-                        rkey: w.rkey,
+                        rkey: if e.len == 0 { 0 } else { w.rkey },
                         len: e.len - off,
                     }
                 }

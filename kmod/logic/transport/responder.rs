@@ -863,6 +863,10 @@ where
                 }
                 let at = r.va.wrapping_add(u64::from(s.offset));
                 super::assemble(scratch, &h, s.len as usize, |buf| {
+                    if buf.is_empty() {
+                        // A zero-length READ names no memory (C9-88): its rkey is not used.
+                        return Ok(());
+                    }
                     env.mem_read(r.rkey, at, buf, Access::RemoteRead)
                         .map_err(|_| wc_status::REM_ACCESS_ERR)
                 })

@@ -574,6 +574,37 @@ fn tail_loss_is_recovered_by_the_timer() {
     assert_eq!(p.sb.recv_cq.len(), 1, "delivered once");
 }
 
+/// A zero-length READ goes out with rkey 0 (C9-88: the responder may not use it; rdma_rxe
+/// answers a duplicate only when its rkey matches the 0 it recorded), and when its response is
+/// lost the duplicate is answered and the READ completes.
+#[test]
+fn zero_length_read_carries_rkey_0_and_survives_a_lost_response() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 0);
+    assert_ne!(w.rkey, 0);
+    p.post_send(w, &[sge], &[]);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    let mut responses = 0;
+    p.drop_if = Some(Box::new(move |pkt, from_a| {
+        if from_a && is_op(pkt, Operation::RdmaReadRequest) {
+            let r = pkt.reth().unwrap();
+            log.borrow_mut().push((r.rkey, r.len));
+        }
+        if !from_a && is_op(pkt, Operation::RdmaReadResponse) {
+            responses += 1;
+            return responses == 1;
+        }
+        false
+    }));
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    let seen = seen.borrow();
+    assert!(seen.len() >= 2, "the READ was sent again: {seen:?}");
+    assert!(seen.iter().all(|&r| r == (0, 0)), "{seen:?}");
+    assert!(p.sa.stat(Stat::Timeouts) >= 1);
+}
+
 #[test]
 fn lost_final_ack_is_recovered() {
     let mut p = Pair::new(QpType::Rc, 1024);
