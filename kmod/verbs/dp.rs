@@ -47,7 +47,7 @@ use crate::logic::{
 use crate::uapi::{self, Cqe, RingHeader, SendWqe, Sge};
 use core::{
     mem::{offset_of, size_of},
-    sync::atomic::{fence, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{fence, AtomicU64, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
@@ -141,55 +141,6 @@ impl<T: Send + Sync> Table<T> {
     /// Looks up entry `i` (bottom halves disabled).
     pub(crate) fn get(&self, i: u32) -> Option<Arc<T>> {
         self.slots.lock().get(i as usize).and_then(|e| e.clone())
-    }
-}
-
-/// An object whose table users are counted (QPs: their owner holds a reference besides the
-/// table's, so only a count tells whether the data path still has one).
-pub(crate) trait Counted {
-    /// Receive paths holding the object through [`Table::hold`].
-    fn users(&self) -> &AtomicU32;
-}
-
-/// An object held through [`Table::hold`]: counted as a user until dropped.
-pub(crate) struct Held<T: Counted>(Arc<T>);
-
-impl<T: Counted> core::ops::Deref for Held<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T: Counted> Drop for Held<T> {
-    fn drop(&mut self) {
-        // Release: everything this user did happens before a remover that sees the count drop.
-        self.0.users().fetch_sub(1, Ordering::Release);
-    }
-}
-
-impl<T: Counted + Send + Sync> Table<T> {
-    /// Looks up entry `i` and counts a user until the result is dropped (bottom halves
-    /// disabled, and the result dropped before they are enabled again).
-    pub(crate) fn hold(&self, i: u32) -> Option<Held<T>> {
-        let s = self.slots.lock();
-        let v = s.get(i as usize).and_then(|e| e.clone())?;
-        // Under the table lock: a remover that takes the entry afterwards sees this count.
-        v.users().fetch_add(1, Ordering::Relaxed);
-        Some(Held(v))
-    }
-
-    /// Removes entry `i` and makes sure no user of [`Table::hold`] still has it: a grace
-    /// period only when one might (users hold it with bottom halves disabled), instead of one
-    /// per removal (about 15 ms on the test guest).
-    pub(crate) fn remove_counted(&self, i: u32) -> Option<Arc<T>> {
-        let v = with_bh_disabled(|| self.slots.lock().get_mut(i as usize).and_then(Option::take));
-        if v.as_ref()
-            .is_some_and(|v| v.users().load(Ordering::Acquire) != 0)
-        {
-            synchronize_rcu();
-        }
-        v
     }
 }
 
@@ -707,6 +658,9 @@ pub(crate) struct Shell {
     congested: bool,
     /// The QP has [`inflight::HIGH`] skbs in the network stack: its gauge wakes it (no timer).
     capped: bool,
+    /// The QP is being destroyed ([`QpInner::shutdown`]): a packet that still found it in the
+    /// QP table does nothing.
+    closed: bool,
 }
 
 /// Engine state of a QP (guarded by the QP lock).
@@ -753,14 +707,6 @@ pub(crate) struct QpInner {
     srq: Option<Arc<SrqInner>>,
     ev: QpRef,
     fabric: Arc<Fabric>,
-    /// Receive paths that hold this QP through the QP table ([`Table::hold`]).
-    users: AtomicU32,
-}
-
-impl Counted for QpInner {
-    fn users(&self) -> &AtomicU32 {
-        &self.users
-    }
 }
 
 /// What a new [`QpInner`] is made of.
@@ -820,6 +766,7 @@ impl QpInner {
             resume: false,
             congested: false,
             capped: false,
+            closed: false,
         };
         let data = QpData {
             eng: p.eng,
@@ -843,7 +790,6 @@ impl QpInner {
             srq: p.srq,
             ev: p.ev,
             fabric: p.fabric,
-            users: AtomicU32::new(0),
             timer <- timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
             pace <- timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
             kick <- work::Work::for_owner::<QpInner, 0>(),
@@ -870,8 +816,8 @@ impl QpInner {
         self.srq.as_ref().map_or(0, |s| s.max_sge)
     }
 
-    /// Stops the continuation and the timers for good (before the QP is freed). The work item
-    /// goes first: a timer that fires meanwhile can no longer queue it.
+    /// Stops the continuation and the timers for good and closes the QP to packets (before it
+    /// is freed). The work item goes first: a timer that fires meanwhile can no longer queue it.
     pub(crate) fn shutdown(&self) {
         // First: the gauge's reference to this QP (a cycle until now) goes, and no skb
         // destructor can queue the work item afterwards.
@@ -880,6 +826,10 @@ impl QpInner {
         self.timer.shutdown_sync();
         self.pace.shutdown_sync();
         self.retry.shutdown_sync();
+        // Last: a receive path that took the QP from its table before the owner removes it
+        // either holds the lock now (and is waited for here) or finds it closed. So no grace
+        // period is needed after the removal, and the receive path pays nothing for it.
+        with_bh_disabled(|| self.st.lock().sh.closed = true);
     }
 
     fn ctx<'a, 'o>(&'a self, sh: &'a mut Shell, out: &'a mut Outbox<'o>) -> Ctx<'a, 'o> {
@@ -1311,6 +1261,9 @@ impl QpInner {
     fn rx(&self, pkt: &Packet<'_>, info: &RxInfo, out: &mut Outbox<'_>) {
         let mut g = self.st.lock();
         let d = &mut *g;
+        if d.sh.closed {
+            return;
+        }
         let mut cx = self.ctx(&mut d.sh, out);
         let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
         self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
@@ -1537,7 +1490,7 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
     };
     fabric.stats.add(Stat::RcvdPkts, 1);
     fabric.stats.add(Stat::RcvdBytes, bytes.len() as u64);
-    let Some(qp) = fabric.qps.hold(pkt.bth().dest_qp) else {
+    let Some(qp) = fabric.qps.get(pkt.bth().dest_qp) else {
         fabric.stats.add(Stat::RxUnknownQp, 1);
         return;
     };

@@ -532,10 +532,12 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
-    // No packet, doorbell or timer reaches the QP after this (the table removal waits until
-    // no receive path holds it; a doorbell cannot race with destroy, ib_core excludes it).
+    // No packet, doorbell or timer acts on the QP after this: `shutdown` stops the timers and
+    // the work item and closes the QP under its lock against packets that still find it in
+    // the table (a doorbell cannot race with destroy: ib_core excludes it). Its QPN is free for
+    // reuse once it has left the table.
     qp.inner.shutdown();
-    drop(dev.data().fabric.qps.remove_counted(qp.qpn));
+    drop(dev.data().fabric.qps.take(qp.qpn));
     if qp.qpn != GSI_QPN {
         dev.data().free_qpn(qp.qpn);
     }

@@ -583,25 +583,15 @@ fn zero_length_read_carries_rkey_0_and_survives_a_lost_response() {
     let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 0);
     assert_ne!(w.rkey, 0);
     p.post_send(w, &[sge], &[]);
-    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let log = seen.clone();
-    let mut responses = 0;
-    p.drop_if = Some(Box::new(move |pkt, from_a| {
-        if from_a && is_op(pkt, Operation::RdmaReadRequest) {
-            let r = pkt.reth().unwrap();
-            log.borrow_mut().push((r.rkey, r.len));
-        }
-        if !from_a && is_op(pkt, Operation::RdmaReadResponse) {
-            responses += 1;
-            return responses == 1;
-        }
-        false
-    }));
+    let seen = watch_reads(&mut p, 1);
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
     let seen = seen.borrow();
     assert!(seen.len() >= 2, "the READ was sent again: {seen:?}");
-    assert!(seen.iter().all(|&r| r == (0, 0)), "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, r)| (r.rkey, r.len) == (0, 0)),
+        "{seen:?}"
+    );
     assert!(p.sa.stat(Stat::Timeouts) >= 1);
 }
 
@@ -696,26 +686,13 @@ fn read_gap_asks_only_for_the_missing_part() {
     let mut p = Pair::new(QpType::Rc, 256);
     let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 2048);
     p.post_send(w, &[sge], &[]);
-    let mut k = 0;
-    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let seen2 = seen.clone();
-    p.drop_if = Some(Box::new(move |pkt, from_a| {
-        if from_a && is_op(pkt, Operation::RdmaReadRequest) {
-            let r = pkt.reth().unwrap();
-            seen2.borrow_mut().push((pkt.bth().psn.get(), r.va, r.len));
-        }
-        if !from_a && is_op(pkt, Operation::RdmaReadResponse) {
-            k += 1;
-            return k == 4;
-        }
-        false
-    }));
+    let seen = watch_reads(&mut p, 4);
     p.run();
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
     let s = seen.borrow();
     assert_eq!(s.len(), 2, "{s:x?}");
     assert_eq!(
-        s[1],
+        (s[1].0, s[1].1.va, s[1].1.len),
         (
             Psn::from_masked(0xff_fff0 + 3).get(),
             0x1000_0000 + 3 * 256,

@@ -8,7 +8,7 @@ use rrxe_host_tests::logic::{
     qp_state::{QpState, QpType},
     stats::COUNT,
     transport::*,
-    wire::Packet,
+    wire::{Packet, Reth},
 };
 use rrxe_host_tests::uapi::{Cqe, SendWqe, Sge};
 use std::collections::VecDeque;
@@ -565,6 +565,29 @@ pub fn is_op(p: &Packet<'_>, op: Operation) -> bool {
 
 pub fn statuses(s: &Side) -> Vec<(u64, u32)> {
     s.send_cq.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// Records every RDMA READ request `a` sends (its PSN and RETH) and drops the `drop_nth`-th
+/// READ response `b` sends (counting from 1; 0 drops none).
+pub fn watch_reads(
+    p: &mut Pair,
+    drop_nth: usize,
+) -> std::rc::Rc<std::cell::RefCell<Vec<(u32, Reth)>>> {
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    let mut responses = 0;
+    p.drop_if = Some(Box::new(move |pkt, from_a| {
+        if from_a && pkt.info().op == Operation::RdmaReadRequest {
+            log.borrow_mut()
+                .push((pkt.bth().psn.get(), pkt.reth().unwrap()));
+        }
+        if !from_a && pkt.info().op == Operation::RdmaReadResponse {
+            responses += 1;
+            return responses == drop_nth;
+        }
+        false
+    }));
+    seen
 }
 
 pub fn read_wr(wr_id: u64, remote: u64, local: u64, len: u32) -> (SendWqe, Sge) {
