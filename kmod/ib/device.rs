@@ -153,6 +153,11 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     /// `destroy_ah`: runs before the data is dropped. It must not sleep unless `sleepable`
     /// (`RDMA_DESTROY_AH_SLEEPABLE`; kernel callers may destroy AHs in atomic context).
     fn destroy_ah(dev: &Device<Self>, ah: &Self::Ah, sleepable: bool);
+    /// `attach_mcast`: ib_core has checked that `qp` is UD and `gid` a multicast address, and
+    /// counts the attachment on the QP (process context).
+    fn attach_mcast(dev: &Device<Self>, qp: &Self::Qp, gid: [u8; 16]) -> Result;
+    /// `detach_mcast`: ends one attachment made by `attach_mcast` (process context).
+    fn detach_mcast(dev: &Device<Self>, qp: &Self::Qp, gid: [u8; 16]) -> Result;
     /// `create_srq`: may lower `attr` to what is granted.
     fn create_srq(
         dev: &Device<Self>,

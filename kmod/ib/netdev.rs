@@ -84,6 +84,26 @@ impl NetDev {
         u32::from(state) == b::netdev_reg_state_NETREG_REGISTERED
     }
 
+    /// Adds `mac` to the device's multicast filter (counted: each add needs one
+    /// [`Self::mc_del`]). Process or softirq context; the core allocates atomically.
+    pub(crate) fn mc_add(&self, mac: &[u8; 6]) -> Result {
+        // SAFETY: by the type invariant the device is alive; `mac` is 6 readable bytes, the
+        // device's address length (only Ethernet netdevs get an rrxe device), which the core
+        // copies before returning.
+        let r = unsafe { b::dev_mc_add(self.as_raw(), mac.as_ptr()) };
+        if r < 0 {
+            return Err(Error::from_errno(r));
+        }
+        Ok(())
+    }
+
+    /// Drops one [`Self::mc_add`] of `mac` (`ENOENT` from the core, if it was not there, is
+    /// ignored: nothing is left to undo).
+    pub(crate) fn mc_del(&self, mac: &[u8; 6]) {
+        // SAFETY: as in `mc_add`.
+        let _ = unsafe { b::dev_mc_del(self.as_raw(), mac.as_ptr()) };
+    }
+
     /// Link-layer type facts used to decide whether RoCE can run here.
     pub(crate) fn kind(&self) -> NetdevKind {
         let dev = self.as_raw();

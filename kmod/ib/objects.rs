@@ -382,6 +382,8 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     // ib_core creates every user AH through `create_user_ah`; kernel ones through `create_ah`.
     ops.create_user_ah = Some(create_ah::<T>);
     ops.destroy_ah = Some(destroy_ah::<T>);
+    ops.attach_mcast = Some(attach_mcast::<T>);
+    ops.detach_mcast = Some(detach_mcast::<T>);
     ops.size_ib_srq = core::mem::size_of::<SrqObj<T>>();
     ops.create_srq = Some(create_srq::<T>);
     ops.modify_srq = Some(modify_srq::<T>);
@@ -678,6 +680,51 @@ unsafe extern "C" fn destroy_qp<T: IbDriver>(qp: *mut b::ib_qp, _udata: *mut b::
         QpObj::<T>::drop_data(qp);
     }
     0
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a readable GID (`ib_attach_mcast`).
+unsafe extern "C" fn attach_mcast<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above; every byte pattern is a valid `raw` view of the
+        // 16-byte union.
+        let (d, data, gid) = unsafe {
+            (
+                dev::<T>((*qp).device),
+                QpObj::<T>::data(qp),
+                *(*gid).raw.as_ref(),
+            )
+        };
+        T::attach_mcast(d, data, gid)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a readable GID (`ib_detach_mcast`).
+unsafe extern "C" fn detach_mcast<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> i32 {
+    from_result(|| {
+        // SAFETY: as in `attach_mcast`.
+        let (d, data, gid) = unsafe {
+            (
+                dev::<T>((*qp).device),
+                QpObj::<T>::data(qp),
+                *(*gid).raw.as_ref(),
+            )
+        };
+        T::detach_mcast(d, data, gid)?;
+        Ok(0)
+    })
 }
 
 /// # Safety

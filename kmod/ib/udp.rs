@@ -433,6 +433,12 @@ impl UdpSock {
             // SAFETY: `s` is our new socket in `net`; the entry it publishes is complete and
             // immutable (type invariant) and lives until `close` has run and returned.
             unsafe { b::setup_udp_tunnel_sock(net, s, &mut tnl) };
+            // The tunnel setup turns IPv4 multicast loopback off (VXLAN must not hear itself);
+            // RoCE wants it on: a UD QP on this host attached to a group receives what a QP
+            // here sends to it, as on any HCA. (IPv6 sockets keep theirs: the setup clears
+            // only the IPv4 flag.)
+            // SAFETY: `s` is our live socket; setting the flag only changes what later sends do.
+            unsafe { b::rrxe_inet_set_mc_loop((*s).sk.cast()) };
         }
         // Cannot fail: capacity was reserved above.
         let _ = guard.entries().push(entry, GFP_KERNEL);

@@ -35,6 +35,12 @@ pub const MAX_SRQ_WR: u32 = 16 * 1024;
 pub const MAX_SRQ_SGE: u32 = 32;
 /// Address handles per device.
 pub const MAX_AH: u32 = 64 * 1024;
+/// Multicast groups per device (`max_mcast_grp`, rdma_rxe's value).
+pub const MAX_MCAST_GRP: u32 = 8192;
+/// UD QPs attached to one multicast group (`max_mcast_qp_attach`, rdma_rxe's value).
+pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+/// Attachments per device, all groups together (`max_total_mcast_qp_attach`).
+pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = MAX_MCAST_GRP * MAX_MCAST_QP_ATTACH;
 /// Bytes of inline data a send WR may carry.
 pub const MAX_INLINE_DATA: u32 = 256;
 /// Pages of a fast-registration MR (`max_fast_reg_page_list_len`, rxe's value).

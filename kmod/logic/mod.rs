@@ -15,6 +15,7 @@ pub mod idalloc;
 pub mod iphdr;
 pub mod limits;
 pub mod link;
+pub mod mcast;
 pub mod mr;
 pub mod opcode;
 pub mod port;

@@ -22,9 +22,10 @@ pub(crate) struct Path {
     pub(crate) loopback: bool,
 }
 
-/// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a unicast
-/// destination of the same IP family, and a route to it in the netdev's namespace. `qpns` gives
-/// (local, remote) QP numbers for a connected QP's UDP source port.
+/// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a destination
+/// of the same IP family (unicast, or for a UD address handle also a multicast group), and a
+/// route to it in the netdev's namespace. `qpns` gives (local, remote) QP numbers for a
+/// connected QP's UDP source port.
 pub(crate) fn resolve(
     dev: &Device<Rrxe>,
     av: &AddressVector,
@@ -37,8 +38,8 @@ pub(crate) fn resolve(
     if !sgid.is_roce_v2 || !sgid.on_our_netdev {
         return Err(EINVAL);
     }
-    if roce::gid_is_multicast(av.dgid) {
-        // Multicast needs attach/detach (not supported); a connected QP can never use it.
+    if roce::gid_is_multicast(av.dgid) && qpns.is_some() {
+        // A connected QP's peer is one port; only a UD address handle may name a group.
         return Err(EINVAL);
     }
     // The route lookup enables bottom halves internally, which must not happen under a kernel

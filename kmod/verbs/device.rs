@@ -304,6 +304,14 @@ impl IbDriver for Rrxe {
         ah::destroy(dev, a, sleepable)
     }
 
+    fn attach_mcast(dev: &Device<Self>, q: &Self::Qp, gid: [u8; 16]) -> Result {
+        qp::attach_mcast(dev, q, gid)
+    }
+
+    fn detach_mcast(dev: &Device<Self>, q: &Self::Qp, gid: [u8; 16]) -> Result {
+        qp::detach_mcast(dev, q, gid)
+    }
+
     fn create_srq(
         dev: &Device<Self>,
         p: &Self::Pd,
@@ -436,6 +444,9 @@ impl IbDriver for Rrxe {
         attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_HCA;
         attr.max_ah = lim::MAX_AH as i32;
         attr.max_srq = lim::MAX_SRQ as i32;
+        attr.max_mcast_grp = lim::MAX_MCAST_GRP as i32;
+        attr.max_mcast_qp_attach = lim::MAX_MCAST_QP_ATTACH as i32;
+        attr.max_total_mcast_qp_attach = lim::MAX_TOTAL_MCAST_QP_ATTACH as i32;
         attr.max_srq_wr = lim::MAX_SRQ_WR as i32;
         attr.max_srq_sge = lim::MAX_SRQ_SGE as i32;
         attr.max_pkeys = lim::PKEY_TBL_LEN;

@@ -20,6 +20,7 @@
 //! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
 
 use super::av::Path;
+use super::mcast::{self, Mcast};
 use super::stats::DevStats;
 use crate::ib::{
     bh::{self, synchronize_rcu, with_bh_disabled},
@@ -42,7 +43,7 @@ use crate::logic::{
         self as tp, Access, AtomicOp, CqSel, Dest, Emit, Engine, Env, Event, MemError, RecvTake,
         RecvWr, Resource, RxInfo, SqEntry,
     },
-    wire::Packet,
+    wire::{self, Packet},
 };
 use crate::uapi::{self, Cqe, RingHeader, SendWqe, Sge};
 use core::{
@@ -222,6 +223,9 @@ pub(crate) struct Fabric {
     /// The RoCEv2 socket of the netdev's namespace, opened on first use.
     #[pin]
     pub(crate) udp: LazyUdp,
+    /// Multicast groups and their attached UD QPs.
+    #[pin]
+    pub(crate) mcast: Mcast,
 }
 
 impl Fabric {
@@ -232,6 +236,7 @@ impl Fabric {
             Table::new(crate::logic::limits::MAX_AH + 64)?,
         );
         let udp = LazyUdp::new(netdev);
+        let mcast = Mcast::new(crate::ib::netdev::NetDevRef::new(netdev));
         let mut bufs = KVec::with_capacity(POOL_BUFS, GFP_KERNEL)?;
         for _ in 0..POOL_BUFS {
             bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
@@ -248,6 +253,7 @@ impl Fabric {
             bad_rings: AtomicU64::new(0),
             pool <- new_spinlock!(bufs, "rrxe:lbpool"),
             udp <- udp,
+            mcast <- mcast,
         }? Error))
     }
 
@@ -1490,7 +1496,17 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
     };
     fabric.stats.add(Stat::RcvdPkts, 1);
     fabric.stats.add(Stat::RcvdBytes, bytes.len() as u64);
-    let Some(qp) = fabric.qps.get(pkt.bth().dest_qp) else {
+    let dest_qp = pkt.bth().dest_qp;
+    if dest_qp == wire::MULTICAST_QPN {
+        // A copy for each UD QP attached to the destination group (their own checks apply).
+        mcast::fan_out(fabric, &info.dst, |qpn| {
+            if let Some(qp) = fabric.qps.get(qpn) {
+                qp.rx(&pkt, info, out);
+            }
+        });
+        return;
+    }
+    let Some(qp) = fabric.qps.get(dest_qp) else {
         fabric.stats.add(Stat::RxUnknownQp, 1);
         return;
     };

@@ -11,6 +11,7 @@ mod cq;
 mod device;
 pub(crate) mod dp;
 mod link;
+mod mcast;
 mod mr;
 mod pd;
 mod qp;

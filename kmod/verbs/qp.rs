@@ -531,6 +531,24 @@ pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {
     })
 }
 
+/// Attaches a UD QP to a multicast group (the receive socket opens if nothing opened it yet).
+pub(super) fn attach_mcast(dev: &Device<Rrxe>, qp: &RrxeQp, gid: [u8; 16]) -> Result {
+    if qp.qp_type != QpType::Ud {
+        return Err(EINVAL);
+    }
+    let fabric = &dev.data().fabric;
+    fabric.open_wire()?;
+    fabric.mcast.attach(gid, qp.qpn)
+}
+
+/// Ends one attachment of a UD QP to a multicast group.
+pub(super) fn detach_mcast(dev: &Device<Rrxe>, qp: &RrxeQp, gid: [u8; 16]) -> Result {
+    if qp.qp_type != QpType::Ud {
+        return Err(EINVAL);
+    }
+    dev.data().fabric.mcast.detach(gid, qp.qpn)
+}
+
 pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
     // No packet, doorbell or timer acts on the QP after this: `shutdown` stops the timers and
     // the work item and closes the QP under its lock against packets that still find it in

@@ -52,6 +52,7 @@ pub static RRXE_DEVICE_OPS: verbs_device_ops = verbs_device_ops {
 /// which callers read as "95 completions".
 pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     alloc_pd: Some(pd::alloc_pd),
+    attach_mcast: Some(qp::attach_mcast),
     create_ah: Some(ah::create_ah),
     create_cq: Some(cq::create_cq),
     create_cq_ex: Some(cq::create_cq_ex),
@@ -64,6 +65,7 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     destroy_cq: Some(cq::destroy_cq),
     destroy_qp: Some(qp::destroy_qp),
     destroy_srq: Some(srq::destroy_srq),
+    detach_mcast: Some(qp::detach_mcast),
     free_context: Some(context::free_context),
     modify_qp: Some(qp::modify_qp),
     modify_srq: Some(srq::modify_srq),
@@ -101,7 +103,9 @@ fn loaded_libibverbs() -> Result<String, String> {
         ));
     }
     // SAFETY: `dladdr` set `dli_fname` to a NUL-terminated path owned by the loader.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
     Ok(std::fs::canonicalize(&name)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or(name))

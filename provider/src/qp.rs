@@ -15,17 +15,17 @@ use core::ptr;
 use rrxe_uapi::CreateQpResp;
 
 use crate::abi::{
-    cmd_errno, ibv_ah, ibv_cmd_create_qp, ibv_cmd_create_qp_ex2, ibv_cmd_destroy_qp,
-    ibv_cmd_modify_qp, ibv_cmd_post_send, ibv_cmd_query_qp, ibv_context, ibv_modify_qp, ibv_pd,
-    ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp,
-    ibv_recv_wr, ibv_send_wr, rrxe_create_qp, rrxe_create_qp_ex, rrxe_create_qp_ex_resp,
-    rrxe_create_qp_resp, set_errno, verbs_qp, CBox, ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS,
-    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
+    cmd_errno, ibv_ah, ibv_cmd_attach_mcast, ibv_cmd_create_qp, ibv_cmd_create_qp_ex2,
+    ibv_cmd_destroy_qp, ibv_cmd_detach_mcast, ibv_cmd_modify_qp, ibv_cmd_post_send,
+    ibv_cmd_query_qp, ibv_context, ibv_gid, ibv_modify_qp, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap,
+    ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp, ibv_recv_wr, ibv_send_wr, rrxe_create_qp,
+    rrxe_create_qp_ex, rrxe_create_qp_ex_resp, rrxe_create_qp_resp, set_errno, verbs_qp, CBox,
+    ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
 };
 use crate::ah::ah_num_of;
 use crate::log::trace;
-use crate::ring::{Mapping, RqRing, SendHooks, SqCaps, SqRing};
 use crate::qp_ex::QpEx;
+use crate::ring::{Mapping, RqRing, SendHooks, SqCaps, SqRing};
 use crate::util::{check_create_qp_ex_mask, check_send_ops_flags};
 
 /// The provider's QP: libibverbs' `verbs_qp` (the application's `ibv_qp`, or `ibv_qp_ex`, at
@@ -231,7 +231,8 @@ pub unsafe extern "C" fn create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     // SAFETY: `attr` is valid (libibverbs' contract).
-    let (mask, qp_type, ops) = unsafe { ((*attr).comp_mask, (*attr).qp_type, (*attr).send_ops_flags) };
+    let (mask, qp_type, ops) =
+        unsafe { ((*attr).comp_mask, (*attr).qp_type, (*attr).send_ops_flags) };
     let with_builders = mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
     let check = check_create_qp_ex_mask(mask).and_then(|()| {
         if with_builders {
@@ -266,7 +267,14 @@ pub unsafe extern "C" fn create_qp_ex(
     };
     // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
     let cap = unsafe { (*attr).cap };
-    finish_create("create_qp_ex", ret, qp, &resp.drv_payload, &cap, with_builders)
+    finish_create(
+        "create_qp_ex",
+        ret,
+        qp,
+        &resp.drv_payload,
+        &cap,
+        with_builders,
+    )
 }
 
 /// `verbs_context_ops::modify_qp`: `ibv_cmd_modify_qp` (`MODIFY_QP`). For RoCE the kernel
@@ -320,6 +328,29 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             drop(CBox::from_raw(rq));
         }
     }
+    ret
+}
+
+/// `verbs_context_ops::attach_mcast`: `ibv_cmd_attach_mcast` (`ATTACH_MCAST`). The kernel
+/// keeps the group table and the netdev's filter; nothing changes in the rings.
+///
+/// # Safety
+/// Called by libibverbs only, with a QP of ours and a readable GID.
+pub unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: arguments as received from libibverbs.
+    let ret = unsafe { ibv_cmd_attach_mcast(qp, gid, lid) };
+    trace!("attach_mcast({qp:p}) = {ret}");
+    ret
+}
+
+/// `verbs_context_ops::detach_mcast`: `ibv_cmd_detach_mcast` (`DETACH_MCAST`).
+///
+/// # Safety
+/// Called by libibverbs only, with a QP of ours and a readable GID.
+pub unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: arguments as received from libibverbs.
+    let ret = unsafe { ibv_cmd_detach_mcast(qp, gid, lid) };
+    trace!("detach_mcast({qp:p}) = {ret}");
     ret
 }
 

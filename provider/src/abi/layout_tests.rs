@@ -141,6 +141,7 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
     let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };
     let expected: &[(&str, usize)] = &[
         ("alloc_pd", pd::alloc_pd as *const () as usize),
+        ("attach_mcast", qp::attach_mcast as *const () as usize),
         ("create_ah", ah::create_ah as *const () as usize),
         ("create_cq", cq::create_cq as *const () as usize),
         ("create_cq_ex", cq::create_cq_ex as *const () as usize),
@@ -153,6 +154,7 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
         ("destroy_cq", cq::destroy_cq as *const () as usize),
         ("destroy_qp", qp::destroy_qp as *const () as usize),
         ("destroy_srq", srq::destroy_srq as *const () as usize),
+        ("detach_mcast", qp::detach_mcast as *const () as usize),
         ("free_context", context::free_context as *const () as usize),
         ("modify_qp", qp::modify_qp as *const () as usize),
         ("modify_srq", srq::modify_srq as *const () as usize),
@@ -298,7 +300,9 @@ fn verbs_objects_embed_libibverbs_objects_at_offset_zero() {
 /// rings are declared once, in `rrxe_uapi`; they must be libibverbs' own numbers.
 #[test]
 fn uapi_ring_values_are_libibverbs_values() {
-    use rrxe_uapi::{send_flags as sf, wc_flags as wf, wc_opcode as wo, wc_status as ws, wr_opcode as wr};
+    use rrxe_uapi::{
+        send_flags as sf, wc_flags as wf, wc_opcode as wo, wc_status as ws, wr_opcode as wr,
+    };
     let pairs: &[(u32, u32)] = &[
         (ws::SUCCESS, IBV_WC_SUCCESS),
         (ws::LOC_LEN_ERR, IBV_WC_LOC_LEN_ERR),

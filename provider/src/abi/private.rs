@@ -497,6 +497,12 @@ unsafe extern "C" {
     /// `AH_DESTROY` (ioctl, falling back to `DESTROY_AH`).
     pub fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
 
+    /// `ATTACH_MCAST` (write() or ioctl `INVOKE_WRITE`): attaches a UD QP to a multicast group.
+    pub fn ibv_cmd_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+
+    /// `DETACH_MCAST` (write() or ioctl `INVOKE_WRITE`): ends one attachment.
+    pub fn ibv_cmd_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+
     /// `POST_SEND` (write() or ioctl `INVOKE_WRITE`, no udata): copies the WR list into one
     /// command (`struct ibv_post_send`, then `wr_count` `struct ib_uverbs_send_wr`s, then
     /// `sge_count` SGEs) with `wqe_size = sizeof(struct ib_uverbs_send_wr)`. With `wr == NULL`

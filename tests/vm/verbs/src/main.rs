@@ -25,7 +25,7 @@ const USAGE: &str = "usage: rrxe-verbs-test [--dev NAME] [--port N] [--gid-index
                    (default: 10.99.0.2 <-> 10.99.0.1)
   --only CHECK     run only checks named CHECK or below it (e.g. mask, mask.rc,
                    values.rc.timeout_32); groups: walk query mask invalid_transition values
-                   addr limits create cycles
+                   addr mcast limits create cycles
   --skip CHECK     do not run these
   --cycles N       create/destroy cycles per object (default 1000)
   --hold           create one of each object, print HOLDING, sleep until killed";
@@ -141,6 +141,7 @@ fn main() -> ExitCode {
     checks::invalid::run(&env, &mut r);
     checks::values::run(&env, &mut r);
     checks::addr::run(&env, &mut r);
+    checks::mcast::run(&env, &mut r);
     checks::limits::run(&env, &mut r);
     checks::create::run(&env, &mut r);
     checks::cycles::run(&env, &mut r, o.cycles);

@@ -7,6 +7,7 @@ pub mod hold;
 pub mod invalid;
 pub mod limits;
 pub mod masks;
+pub mod mcast;
 pub mod query;
 pub mod values;
 pub mod walk;
