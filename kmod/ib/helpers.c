@@ -236,11 +236,6 @@ void *rrxe_sk_user_data(const struct sock *sk)
 	return rcu_dereference_sk_user_data(sk);
 }
 
-void rrxe_inet_set_mc_loop(struct sock *sk)
-{
-	inet_set_bit(MC_LOOP, sk);
-}
-
 int rrxe_skb_linearize(struct sk_buff *skb)
 {
 	return skb_linearize(skb);

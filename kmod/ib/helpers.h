@@ -78,7 +78,6 @@ bool rrxe_check_net(const struct net *net);
 int rrxe_udp_sock_create6(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp);
 void rrxe_consume_skb(struct sk_buff *skb);
 void *rrxe_sk_user_data(const struct sock *sk);
-void rrxe_inet_set_mc_loop(struct sock *sk);
 int rrxe_skb_linearize(struct sk_buff *skb);
 unsigned char *rrxe_skb_network_header(const struct sk_buff *skb);
 void rrxe_kfree_skb(struct sk_buff *skb);

@@ -682,13 +682,15 @@ unsafe extern "C" fn destroy_qp<T: IbDriver>(qp: *mut b::ib_qp, _udata: *mut b::
     0
 }
 
+/// Runs a multicast verb (`op`) on a QP with the GID ib_core passed.
+///
 /// # Safety
 ///
-/// ib_core passes a live QP of ours and a readable GID (`ib_attach_mcast`).
-unsafe extern "C" fn attach_mcast<T: IbDriver>(
+/// `qp` is a live QP of ours and `gid` a readable GID (`ib_attach_mcast`/`ib_detach_mcast`).
+unsafe fn mcast_verb<T: IbDriver>(
     qp: *mut b::ib_qp,
-    gid: *mut b::ib_gid,
-    _lid: u16,
+    gid: *const b::ib_gid,
+    op: fn(&Device<T>, &T::Qp, [u8; 16]) -> Result,
 ) -> i32 {
     from_result(|| {
         // SAFETY: per the contract above; every byte pattern is a valid `raw` view of the
@@ -700,9 +702,21 @@ unsafe extern "C" fn attach_mcast<T: IbDriver>(
                 *(*gid).raw.as_ref(),
             )
         };
-        T::attach_mcast(d, data, gid)?;
+        op(d, data, gid)?;
         Ok(0)
     })
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a readable GID (`ib_attach_mcast`).
+unsafe extern "C" fn attach_mcast<T: IbDriver>(
+    qp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> i32 {
+    // SAFETY: per the contract above.
+    unsafe { mcast_verb::<T>(qp, gid, T::attach_mcast) }
 }
 
 /// # Safety
@@ -713,18 +727,8 @@ unsafe extern "C" fn detach_mcast<T: IbDriver>(
     gid: *mut b::ib_gid,
     _lid: u16,
 ) -> i32 {
-    from_result(|| {
-        // SAFETY: as in `attach_mcast`.
-        let (d, data, gid) = unsafe {
-            (
-                dev::<T>((*qp).device),
-                QpObj::<T>::data(qp),
-                *(*gid).raw.as_ref(),
-            )
-        };
-        T::detach_mcast(d, data, gid)?;
-        Ok(0)
-    })
+    // SAFETY: per the contract above.
+    unsafe { mcast_verb::<T>(qp, gid, T::detach_mcast) }
 }
 
 /// # Safety

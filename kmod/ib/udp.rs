@@ -433,12 +433,6 @@ impl UdpSock {
             // SAFETY: `s` is our new socket in `net`; the entry it publishes is complete and
             // immutable (type invariant) and lives until `close` has run and returned.
             unsafe { b::setup_udp_tunnel_sock(net, s, &mut tnl) };
-            // The tunnel setup turns IPv4 multicast loopback off (VXLAN must not hear itself);
-            // RoCE wants it on: a UD QP on this host attached to a group receives what a QP
-            // here sends to it, as on any HCA. (IPv6 sockets keep theirs: the setup clears
-            // only the IPv4 flag.)
-            // SAFETY: `s` is our live socket; setting the flag only changes what later sends do.
-            unsafe { b::rrxe_inet_set_mc_loop((*s).sk.cast()) };
         }
         // Cannot fail: capacity was reserved above.
         let _ = guard.entries().push(entry, GFP_KERNEL);
@@ -1050,6 +1044,11 @@ impl LazyUdp {
         // INVARIANT: set once, under the lock.
         self.handle.store(KBox::into_raw(h), Ordering::Release);
         Ok(())
+    }
+
+    /// Whether the sockets are open (a later [`LazyUdp::xmit`] reaches the stack).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.handle.load(Ordering::Acquire).is_null()
     }
 
     /// Sends through the sockets ([`UdpHandle::xmit`]); `Failed(ENOTCONN)` before

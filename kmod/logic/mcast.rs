@@ -179,6 +179,11 @@ impl<S: DerefMut<Target = [Group]>> Table<S> {
         Ok(Change::GroupRemoved)
     }
 
+    /// Whether the group `gid` exists (has at least one attached QP).
+    pub fn has_group(&self, gid: &[u8; 16]) -> bool {
+        self.find(gid).is_ok()
+    }
+
     /// Copies the QP numbers attached to `gid` into `out`; returns how many (0: no group).
     pub fn members(&self, gid: &[u8; 16], out: &mut [u32; GROUP_QPS]) -> usize {
         let Ok(i) = self.find(gid) else {

@@ -20,6 +20,9 @@ pub(crate) struct Path {
     pub(crate) udp_sport: u16,
     /// The destination is our own source GID: packets skip the network stack.
     pub(crate) loopback: bool,
+    /// The destination is a multicast group (UD address handles only): members on this device
+    /// get their copy without the network stack, the others through it.
+    pub(crate) multicast: bool,
 }
 
 /// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a destination
@@ -68,5 +71,6 @@ pub(crate) fn resolve(
         hop_limit,
         udp_sport,
         loopback: av.dgid == sgid.gid,
+        multicast: roce::gid_is_multicast(av.dgid),
     })
 }

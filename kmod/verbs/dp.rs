@@ -258,12 +258,18 @@ impl Fabric {
     }
 
     /// Opens the UDP socket if a path needs the wire (process context). `EADDRINUSE` when
-    /// another driver (rdma_rxe) holds UDP port 4791 in this namespace.
+    /// another driver (rdma_rxe) holds UDP port 4791 in this namespace, except for a multicast
+    /// path (its members on this device are reached without the socket).
     pub(crate) fn need_wire(&self, path: &Path) -> Result {
         if path.loopback {
             return Ok(());
         }
-        self.udp.open(rx_wire)
+        let opened = self.udp.open(rx_wire);
+        if path.multicast {
+            // A group's members on this device are reached without the socket.
+            return Ok(());
+        }
+        opened
     }
 
     /// Opens the UDP socket for receiving (process context), whatever the paths.
@@ -1809,32 +1815,37 @@ impl Env for Ctx<'_, '_> {
                 }
             },
         };
-        if path.loopback {
+        // A packet to our own GID, or to a group with members on this device, is delivered
+        // here without the network stack (as an HCA loops multicast back to its own QPs; the
+        // RoCEv2 socket keeps the tunnel default of no IP multicast loopback, so the stack
+        // does not bring a second copy).
+        let mut sent = Emit::Sent;
+        if path.loopback || (path.multicast && fab.mcast.has_members(&path.av.dgid)) {
             let src = path.av.sgid.map(|s| s.gid).unwrap_or(path.av.dgid);
             let grh = loopback_grh(&path, pkt.len());
-            return match self.out.push(pkt, &grh, src, path.av.dgid) {
-                Some(full) => {
-                    fab.stats.add(Stat::SentPkts, 1);
-                    fab.stats.add(Stat::SentBytes, pkt.len() as u64);
-                    if full {
-                        Emit::Congested
-                    } else {
-                        Emit::Sent
-                    }
-                }
+            match self.out.push(pkt, &grh, src, path.av.dgid) {
+                Some(true) => sent = Emit::Congested,
+                Some(false) => {}
                 None => {
                     // The device's loopback pool is lent out to other deliveries: pace.
                     fab.stats.add(Stat::TxDrops, 1);
                     self.sh.congested = true;
                     self.sh.resume = true;
-                    Emit::Congested
+                    return Emit::Congested;
                 }
-            };
+            }
+        }
+        // Without the socket (another driver holds UDP 4791 here) a group's packets reach the
+        // members on this device only.
+        if path.loopback || (path.multicast && !fab.udp.is_open()) {
+            fab.stats.add(Stat::SentPkts, 1);
+            fab.stats.add(Stat::SentBytes, pkt.len() as u64);
+            return sent;
         }
         if fab.send(&path, sport, pkt, &self.qp.gauge) {
             fab.stats.add(Stat::SentPkts, 1);
             fab.stats.add(Stat::SentBytes, pkt.len() as u64);
-            Emit::Sent
+            sent
         } else {
             fab.stats.add(Stat::TxDrops, 1);
             self.sh.congested = true;

@@ -6,10 +6,15 @@
 //! Groups are found by the destination GID of a packet sent to QP 0xFFFFFF; each attached QP
 //! then receives it as if addressed to it (its own Q_Key and state checks apply).
 //!
-//! The IP-level membership (IGMP, and the stack accepting the group's datagrams) is the
-//! caller's: rdma_cm joins IPv4 groups itself on RoCEv2, as it does for rdma_rxe. What the
-//! driver adds is the Ethernet filter (`dev_mc_add` of the group's MAC), held while the group
-//! has members.
+//! A packet sent to a group with members on this device is delivered to them by the driver
+//! itself (see `Env::emit`), as an HCA loops multicast back to its own QPs; the RoCEv2 socket
+//! keeps the UDP-tunnel default of no IP multicast loopback, so no second copy comes back
+//! through the stack.
+//!
+//! For remote senders the IP-level membership (IGMP, and the stack accepting the group's
+//! datagrams) is the caller's: rdma_cm joins IPv4 groups itself on RoCEv2, as it does for
+//! rdma_rxe. What the driver adds is the Ethernet filter (`dev_mc_add` of the group's MAC),
+//! held while the group has members.
 
 use super::dp::Fabric;
 use crate::ib::{bh::with_bh_disabled, netdev::NetDevRef};
@@ -89,6 +94,11 @@ impl Mcast {
         // new one) is freed here, outside the spinlock.
         drop(old);
         Ok(())
+    }
+
+    /// Whether a QP of this device is attached to `gid` (any context).
+    pub(crate) fn has_members(&self, gid: &[u8; 16]) -> bool {
+        with_bh_disabled(|| self.table.lock().has_group(gid))
     }
 
     /// The QPs attached to `gid`, copied into `out`; returns how many.

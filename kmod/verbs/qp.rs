@@ -537,7 +537,9 @@ pub(super) fn attach_mcast(dev: &Device<Rrxe>, qp: &RrxeQp, gid: [u8; 16]) -> Re
         return Err(EINVAL);
     }
     let fabric = &dev.data().fabric;
-    fabric.open_wire()?;
+    // Senders on this device reach the QP even if the socket cannot be opened (another driver
+    // holds UDP 4791 in this namespace); remote ones need it.
+    let _ = fabric.open_wire();
     fabric.mcast.attach(gid, qp.qpn)
 }
 

@@ -129,8 +129,10 @@ proptest! {
             let want: Vec<_> = model.keys().copied().collect();
             prop_assert_eq!(gids, want);
             for (g, m) in &model {
+                prop_assert!(t.has_group(g));
                 prop_assert_eq!(members(&t, *g), m.keys().copied().collect::<Vec<_>>());
             }
+            prop_assert!(!t.has_group(&v4([239, 9, 9, 9])));
         }
     }
 }
