@@ -17,6 +17,8 @@ apt_pkgs=(
   "rdma-core=${RDMA_CORE_DEB}" "ibverbs-utils=${RDMA_CORE_DEB}" "ibverbs-providers=${RDMA_CORE_DEB}"
   "libibverbs-dev=${RDMA_CORE_DEB}" "librdmacm-dev=${RDMA_CORE_DEB}" "rdmacm-utils=${RDMA_CORE_DEB}"
   "python3-pyverbs=${RDMA_CORE_DEB}" perftest iproute2
+  # NVMe over Fabrics host tool (tests/vm/nvmeof.sh: `nvme connect -t rdma`)
+  "nvme-cli=${NVME_CLI_DEB}"
   # debugging tools that must also work inside the guest (it shares the host root)
   strace tcpdump gdb procps pkg-config
   # make bench profiling (perf record in the guest; Debian 12's perf reads 6.12 fine)

@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVMe over Fabrics (RDMA) on rrxe, the blktests way: nvmet + nvmet-rdma export a memory-backed
-# null_blk namespace on rrxe0's address, the kernel's nvme-rdma host connects to it through
-# /dev/nvme-fabrics (what `nvme connect -t rdma` writes), RRXE_NVME_MIB (256) MiB of random data
-# are written with O_DIRECT, read back and compared, the host disconnects, the target is torn
+# null_blk namespace on rrxe0's address, the kernel's nvme-rdma host connects to it with
+# nvme-cli (`nvme connect -t rdma`), RRXE_NVME_MIB (256) MiB of random data are written with
+# O_DIRECT, read back and compared, the host disconnects (`nvme disconnect`), the target is torn
 # down, and rrxe unloads. Uses fast registration (REG_MR), local and remote invalidation (SEND
 # with invalidate), kernel QPs, CQs and the GSI QP (rdma_cm).
 #
@@ -57,13 +57,13 @@ blk() { local c; c=$(ctrl) || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/de
 # compare, disconnect.
 run_io() {
   local pre=$1 mib=$2 src=${3:-} opts data want got start mid end c dev
-  opts="nqn=$NQN,transport=rdma,traddr=10.99.0.1,trsvcid=4420${src:+,host_traddr=$src}"
-  check "$pre.connect" timeout "$T" bash -c "echo '$opts' > /dev/nvme-fabrics"
+  opts=(-t rdma -a 10.99.0.1 -s 4420 -n "$NQN" ${src:+-w "$src"})
+  check "$pre.connect" timeout "$T" nvme connect "${opts[@]}"
   if ! wait_for 30 blk; then
     fail "$pre.namespace_visible" "no namespace for $NQN: $(dmesg | grep -i nvme | tail -3)"
     return
   fi
-  dev=/dev/$(blk); pass "$pre.namespace_visible"; log "$dev on $(ctrl), $(cat /sys/class/nvme/"$(ctrl)"/transport 2>/dev/null) ($opts)"
+  dev=/dev/$(blk); pass "$pre.namespace_visible"; log "$dev on $(ctrl), $(cat /sys/class/nvme/"$(ctrl)"/transport 2>/dev/null) (nvme connect ${opts[*]}): $(nvme list 2>/dev/null | grep "$dev" | tr -s ' ')"
   data=$(mktemp /tmp/nvme.XXXX)
   dd if=/dev/urandom of="$data" bs=1M count="$mib" status=none
   want=$(sha256sum < "$data")
@@ -76,7 +76,7 @@ run_io() {
   log "$pre: $mib MiB: $(awk -v m="$mib" -v a="$start" -v b="$mid" -v c="$end" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') (TCG, debug kernel)"
   rm -f "$data"
   c=$(ctrl)
-  check "$pre.disconnect" bash -c "echo 1 > /sys/class/nvme/$c/delete_controller"
+  check "$pre.disconnect" nvme disconnect -n "$NQN"
   check "$pre.controller_gone" wait_for 30 bash -c "! ls /sys/class/nvme/$c >/dev/null 2>&1"
 }
 retrans() { rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' | awk '$0 == "retransmits" { getline; n = $0 } END { print n + 0 }'; }

@@ -196,9 +196,15 @@ faults() {
   for ent in "${SETTINGS[@]}"; do
     name=${ent%%|*}; spec=${ent#*|}
     [[ $settings == *" $name "* ]] || continue
-    case $name in
-      loss10) max=65536 ops=30 ;;
-      reorder|corrupt2) max=$((512 << 10)) ops=30 ;;
+    local ackt=()
+    case $TOPO.$name in
+      *.loss10) max=65536 ops=30 ;;
+      # rdma_rxe's requester gets through reordering a few packets per expiry of its ACK timer
+      # (tests/vm/soak.sh, note 1): a 512 KiB READ from rxe0 outlasted the 30 s completion
+      # timeout in a clean-clone run. So, as `make soak` does: 64 KiB at most and the ACK
+      # timeout perftest uses (14: 67 ms) when rdma_rxe is an end.
+      B*.reorder) max=65536 ops=30 ackt=(--timeout 14) ;;
+      *.reorder|*.corrupt2) max=$((512 << 10)) ops=30 ;;
       *) max=$((2 << 20)) ops=30 ;;
     esac
     local pre="$TOPO.$name"
@@ -207,7 +213,7 @@ faults() {
     rel_log "$pre: netem $spec on veth0 and veth1, RC up to $max B"
     snap before
     sub "$pre" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc --ops "$ops" \
-      --max-size "$max" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${seed[@]}"
+      --max-size "$max" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${ackt[@]}" "${seed[@]}"
     snap after
     echo "    $(netem_stats)"
     netem_off
