@@ -33,3 +33,43 @@ rxe_first() {
   while read -r l; do [ -n "$l" ] && rdma link add "${l%% *}" type rrxe netdev "${l##* }"; done <<< "$links"
   return 0
 }
+
+# NVMe over Fabrics helpers (tests/vm/nvmeof.sh, tests/vm/nvmeof-interop.sh).
+# nvmet_up NQN ADDR: exports /dev/nullb0 as namespace 1 of subsystem NQN on RDMA port 1, ADDR:4420.
+nvmet_up() {
+  local s=/sys/kernel/config/nvmet/subsystems/$1 p=/sys/kernel/config/nvmet/ports/1
+  mkdir "$s" && echo 1 > "$s/attr_allow_any_host" &&
+    mkdir "$s/namespaces/1" && echo -n /dev/nullb0 > "$s/namespaces/1/device_path" &&
+    echo 1 > "$s/namespaces/1/enable" && mkdir "$p" &&
+    echo rdma > "$p/addr_trtype" && echo ipv4 > "$p/addr_adrfam" &&
+    echo "$2" > "$p/addr_traddr" && echo 4420 > "$p/addr_trsvcid" &&
+    ln -s "$s" "$p/subsystems/$1"
+}
+# nvmet_down NQN: undoes nvmet_up.
+nvmet_down() {
+  local s=/sys/kernel/config/nvmet/subsystems/$1 p=/sys/kernel/config/nvmet/ports/1
+  rm -f "$p/subsystems/$1" && rmdir "$p" && echo 0 > "$s/namespaces/1/enable" &&
+    rmdir "$s/namespaces/1" && rmdir "$s"
+}
+# nvme_rw PREFIX DEV MIB TIMEOUT NOTE: writes MIB MiB of random data to DEV with O_DIRECT, reads
+# them back and compares (checks PREFIX.write and PREFIX.read_back_<MIB>MiB_identical), prints the
+# rates with NOTE.
+nvme_rw() {
+  local pre=$1 dev=$2 mib=$3 t=$4 note=$5 data want got t0 t1 t2
+  data=$(mktemp /tmp/nvme.XXXX)
+  dd if=/dev/urandom of="$data" bs=1M count="$mib" status=none
+  want=$(sha256sum < "$data")
+  t0=$(date +%s.%N)
+  check "$pre.write" timeout "$t" dd if="$data" of="$dev" bs=1M oflag=direct status=none
+  t1=$(date +%s.%N)
+  got=$(timeout "$t" dd if="$dev" bs=1M count="$mib" iflag=direct status=none | sha256sum)
+  t2=$(date +%s.%N)
+  if [ "$got" = "$want" ]; then pass "$pre.read_back_${mib}MiB_identical"
+  else fail "$pre.read_back_${mib}MiB_identical" "wrote $want read $got"; fi
+  echo "nvme: $pre: $mib MiB: $(awk -v m="$mib" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') ($note)"
+  rm -f "$data"
+}
+# nvme_ctrl NQN: the host's controller connected to subsystem NQN (nvme0, ...); nvme_blk NQN: its
+# namespace block device (nvme0n1).
+nvme_ctrl() { local c; for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { echo "${c##*/}"; return 0; }; done; return 1; }
+nvme_blk() { local c; c=$(nvme_ctrl "$1") || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }

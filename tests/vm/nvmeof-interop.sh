@@ -14,7 +14,6 @@
 role=$1 me=$2 peer=$3
 MIB=${RRXE_NVME_INTEROP_MIB:-32}
 T=${RRXE_NVME_TIMEOUT:-300}
-N=/sys/kernel/config/nvmet
 case "$role" in rxe) other=rrxe ;; *) other=rxe ;; esac
 NQN=interop-$role
 PNQN=interop-$other
@@ -37,49 +36,30 @@ mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 # a 1 MiB I/O can take longer than the default 30 s.
 echo 180 > /sys/module/nvme_core/parameters/io_timeout 2>/dev/null
 echo 180 > /sys/module/nvme_core/parameters/admin_timeout 2>/dev/null
-check "$pre.target_up" bash -c "
-  mkdir $N/subsystems/$NQN && echo 1 > $N/subsystems/$NQN/attr_allow_any_host &&
-  mkdir $N/subsystems/$NQN/namespaces/1 && echo -n /dev/nullb0 > $N/subsystems/$NQN/namespaces/1/device_path &&
-  echo 1 > $N/subsystems/$NQN/namespaces/1/enable && mkdir $N/ports/1 &&
-  echo rdma > $N/ports/1/addr_trtype && echo ipv4 > $N/ports/1/addr_adrfam &&
-  echo $me > $N/ports/1/addr_traddr && echo 4420 > $N/ports/1/addr_trsvcid &&
-  ln -s $N/subsystems/$NQN $N/ports/1/subsystems/$NQN"
+check "$pre.target_up" nvmet_up "$NQN" "$me"
 
-ctrl() { for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$PNQN" ] && { echo "${c##*/}"; return 0; }; done; return 1; }
-blk() { local c; c=$(ctrl) || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }
 
 host_io() {
   # The host side: the peer's target may still be coming up (its guest boots beside this one).
-  local opts hpre connected d data want got t0 t1 t2 c
-  opts="nqn=$PNQN,transport=rdma,traddr=$peer,trsvcid=4420,keep_alive_tmo=60"
+  local opts hpre connected d c
+  opts=(-t rdma -a "$peer" -s 4420 -n "$PNQN" --keep-alive-tmo 60)
   hpre="nvmeof_interop.${role}_host_to_${other}_target"
   connected=0
-  if wait_for 240 bash -c "echo '$opts' > /dev/nvme-fabrics"; then
+  if wait_for 240 nvme connect "${opts[@]}"; then
     pass "$hpre.connect"; connected=1
   else
-    fail "$hpre.connect" "no connection to $opts in 240 s: $(dmesg | grep -iE 'nvme|rdma' | tail -3 | tr '\n' ' ')"
+    fail "$hpre.connect" "no connection (nvme connect ${opts[*]}) in 240 s: $(dmesg | grep -iE 'nvme|rdma' | tail -3 | tr '\n' ' ')"
   fi
-  if [ $connected = 1 ] && wait_for 30 blk; then
-    d=/dev/$(blk)
-    log "$d on $(ctrl) ($opts)"
-    data=$(mktemp /tmp/nvme.XXXX)
-    dd if=/dev/urandom of="$data" bs=1M count="$MIB" status=none
-    want=$(sha256sum < "$data")
-    t0=$(date +%s.%N)
-    check "$hpre.write" timeout "$T" dd if="$data" of="$d" bs=1M oflag=direct status=none
-    t1=$(date +%s.%N)
-    got=$(timeout "$T" dd if="$d" bs=1M count="$MIB" iflag=direct status=none | sha256sum)
-    t2=$(date +%s.%N)
-    if [ "$got" = "$want" ]; then pass "$hpre.read_back_${MIB}MiB_identical"; else fail "$hpre.read_back_${MIB}MiB_identical" "wrote $want read $got"; fi
-    log "$MIB MiB: $(awk -v m="$MIB" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') (two TCG guests on two cores, debug kernel)"
-    rm -f "$data"
-    c=$(ctrl)
-    check "$hpre.disconnect" bash -c "echo 1 > /sys/class/nvme/$c/delete_controller"
+  if [ $connected = 1 ] && wait_for 30 nvme_blk "$PNQN"; then
+    d=/dev/$(nvme_blk "$PNQN")
+    log "$d on $(nvme_ctrl "$PNQN") (nvme connect ${opts[*]})"
+    nvme_rw "$hpre" "$d" "$MIB" "$T" "two TCG guests on two cores, debug kernel"
+    c=$(nvme_ctrl "$PNQN")
+    check "$hpre.disconnect" nvme disconnect -n "$PNQN"
     check "$hpre.controller_gone" wait_for 30 bash -c "! ls /sys/class/nvme/$c >/dev/null 2>&1"
   elif [ $connected = 1 ]; then
     fail "$hpre.namespace_visible" "$(dmesg | grep -iE 'nvme|rdma' | tail -3 | tr '\n' ' ')"
   fi
-
 }
 
 # signal MSG: tells the peer (TCP 9999 on the link, retried until it listens, 600 s at most).
@@ -116,8 +96,6 @@ else
   check "$pre.signal_phase2" signal phase2
 fi
 log "$dev counters: $(rdma statistic show link $dev/1 2>/dev/null | grep -oE '(sent_pkts|rcvd_pkts|retransmits|timeouts|seq_naks_sent|seq_naks_rcvd|rnr_naks_rcvd|duplicate_requests|out_of_seq_requests|retry_exceeded_err|rx_no_buffer|tx_drops|rcvd_seq_err|send_rnr_err|rcvd_rnr_err|retry_exceeded_err|completer_retry_err|send_err|duplicate_request|out_of_sequence) [0-9]+' | tr '\n' ' ')"
-check "$pre.target_down" bash -c "
-  rm -f $N/ports/1/subsystems/$NQN && rmdir $N/ports/1 && echo 0 > $N/subsystems/$NQN/namespaces/1/enable &&
-  rmdir $N/subsystems/$NQN/namespaces/1 && rmdir $N/subsystems/$NQN"
+check "$pre.target_down" nvmet_down "$NQN"
 check "$pre.unload" bash -c "modprobe -r nvme-rdma nvmet-rdma nvmet && rdma link delete $dev && sleep 1 && modprobe -r $mod"
 summary

@@ -34,54 +34,26 @@ check nvmeof.rrxe0_active wait_for 20 bash -c "ibv_devinfo -d rrxe0 | grep -q PO
 check nvmeof.modules bash -c "modprobe rdma_ucm && modprobe null_blk nr_devices=1 gb=1 memory_backed=1 && modprobe nvmet && modprobe nvmet-rdma && modprobe nvme-rdma"
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 
-target_up() {
-  mkdir "$N/subsystems/$NQN" &&
-    echo 1 > "$N/subsystems/$NQN/attr_allow_any_host" &&
-    mkdir "$N/subsystems/$NQN/namespaces/1" &&
-    echo -n /dev/nullb0 > "$N/subsystems/$NQN/namespaces/1/device_path" &&
-    echo 1 > "$N/subsystems/$NQN/namespaces/1/enable" &&
-    mkdir "$N/ports/1" &&
-    echo rdma > "$N/ports/1/addr_trtype" && echo ipv4 > "$N/ports/1/addr_adrfam" &&
-    echo 10.99.0.1 > "$N/ports/1/addr_traddr" && echo 4420 > "$N/ports/1/addr_trsvcid" &&
-    ln -s "$N/subsystems/$NQN" "$N/ports/1/subsystems/$NQN"
-}
-target_down() {
-  rm -f "$N/ports/1/subsystems/$NQN" && rmdir "$N/ports/1" &&
-    echo 0 > "$N/subsystems/$NQN/namespaces/1/enable" &&
-    rmdir "$N/subsystems/$NQN/namespaces/1" && rmdir "$N/subsystems/$NQN"
-}
-ctrl() { for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && { echo "${c##*/}"; return 0; }; done; return 1; }
-blk() { local c; c=$(ctrl) || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }
 
 # run_io PREFIX MIB [host_traddr]: connect, write MIB MiB of random data (O_DIRECT), read back,
 # compare, disconnect.
 run_io() {
-  local pre=$1 mib=$2 src=${3:-} opts data want got start mid end c dev
+  local pre=$1 mib=$2 src=${3:-} opts c dev
   opts=(-t rdma -a 10.99.0.1 -s 4420 -n "$NQN" ${src:+-w "$src"})
   check "$pre.connect" timeout "$T" nvme connect "${opts[@]}"
-  if ! wait_for 30 blk; then
+  if ! wait_for 30 nvme_blk "$NQN"; then
     fail "$pre.namespace_visible" "no namespace for $NQN: $(dmesg | grep -i nvme | tail -3)"
     return
   fi
-  dev=/dev/$(blk); pass "$pre.namespace_visible"; log "$dev on $(ctrl), $(cat /sys/class/nvme/"$(ctrl)"/transport 2>/dev/null) (nvme connect ${opts[*]}): $(nvme list 2>/dev/null | grep "$dev" | tr -s ' ')"
-  data=$(mktemp /tmp/nvme.XXXX)
-  dd if=/dev/urandom of="$data" bs=1M count="$mib" status=none
-  want=$(sha256sum < "$data")
-  start=$(date +%s.%N)
-  check "$pre.write" timeout "$T" dd if="$data" of="$dev" bs=1M oflag=direct status=none
-  mid=$(date +%s.%N)
-  got=$(timeout "$T" dd if="$dev" bs=1M count="$mib" iflag=direct status=none | sha256sum)
-  end=$(date +%s.%N)
-  if [ "$got" = "$want" ]; then pass "$pre.read_back_${mib}MiB_identical"; else fail "$pre.read_back_${mib}MiB_identical" "wrote $want read $got"; fi
-  log "$pre: $mib MiB: $(awk -v m="$mib" -v a="$start" -v b="$mid" -v c="$end" 'BEGIN { printf "write %.1f MiB/s, read %.1f MiB/s", m / (b - a), m / (c - b) }') (TCG, debug kernel)"
-  rm -f "$data"
-  c=$(ctrl)
+  dev=/dev/$(nvme_blk "$NQN"); pass "$pre.namespace_visible"; log "$dev on $(nvme_ctrl "$NQN"), $(cat /sys/class/nvme/"$(nvme_ctrl "$NQN")"/transport 2>/dev/null) (nvme connect ${opts[*]}): $(nvme list 2>/dev/null | grep "$dev" | tr -s ' ')"
+  nvme_rw "$pre" "$dev" "$mib" "$T" "TCG, debug kernel"
+  c=$(nvme_ctrl "$NQN")
   check "$pre.disconnect" nvme disconnect -n "$NQN"
   check "$pre.controller_gone" wait_for 30 bash -c "! ls /sys/class/nvme/$c >/dev/null 2>&1"
 }
 retrans() { rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' | awk '$0 == "retransmits" { getline; n = $0 } END { print n + 0 }'; }
 
-check nvmeof.target_configured target_up
+check nvmeof.target_configured nvmet_up "$NQN" 10.99.0.1
 run_io nvmeof "$MIB"
 
 # Two devices in init_net, across the veth pair, under 1% loss.
@@ -102,7 +74,7 @@ log "two devices, netem loss 1%: $(tc -s qdisc show dev veth0 | grep -o 'dropped
 if [ $((r1 - r0)) -gt 0 ]; then pass nvmeof.two_dev.loss1.retransmits; else fail nvmeof.two_dev.loss1.retransmits "retransmits +$((r1 - r0))"; fi
 tc qdisc del dev veth0 root 2>/dev/null; tc qdisc del dev veth1 root 2>/dev/null
 check nvmeof.two_dev.rrxe1_deleted rdma link delete rrxe1
-check nvmeof.target_torn_down target_down
+check nvmeof.target_torn_down nvmet_down "$NQN"
 check nvmeof.modules_unloaded bash -c "rmmod nvme_rdma && rmmod nvmet_rdma && rmmod nvmet"
 check nvmeof.rrxe_unloads bash -c "rdma link delete rrxe0; rmmod rrxe"
 summary
