@@ -93,6 +93,8 @@ pub(super) struct Responder<R> {
     ack_pending: Option<Psn>,
     /// A sequence or RNR NAK waiting for the responses owed before it.
     nak_pending: Option<(Psn, Aeth)>,
+    /// Last PSN of the newest resource evicted to make room (see [`Responder::ack_psn`]).
+    evicted: Option<Psn>,
     pub(super) comm_est_sent: bool,
 }
 
@@ -114,6 +116,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             uc_drop: false,
             ack_pending: None,
             nak_pending: None,
+            evicted: None,
             comm_est_sent: false,
         };
         r.reset();
@@ -133,6 +136,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.uc_drop = false;
         self.ack_pending = None;
         self.nak_pending = None;
+        self.evicted = None;
         self.comm_est_sent = false;
     }
 
@@ -159,6 +163,28 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
 
     fn owed(&self) -> bool {
         (0..self.res_len).any(|k| self.res[self.at(k)].pending())
+    }
+
+    /// The highest PSN at or below `psn` that a plain ACK may carry: none inside a recorded
+    /// READ or atomic, whose own response acknowledges it. A requester must not take a plain
+    /// ACK there as that READ's or atomic's completion, but rdma_rxe's completer does (a
+    /// pending WR whose last PSN the ACK names is completed, rxe_comp.c `COMPST_COMP_ACK`): a
+    /// READ whose response was lost would complete with nothing placed. The resources are in
+    /// PSN order, so one walk from the newest suffices. Where the walk ends at or below an
+    /// evicted resource (a requester with more READs outstanding than `max_dest_rd_atomic`,
+    /// whose range is no longer known), the duplicate's own PSN `dup` (a SEND or WRITE
+    /// packet, never inside a READ) is acknowledged instead.
+    fn ack_psn(&self, mut psn: Psn, dup: Psn) -> Psn {
+        for k in (0..self.res_len).rev() {
+            let r = &self.res[self.at(k)];
+            if r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1)) {
+                psn = r.psn.wrapping_sub(1);
+            }
+        }
+        match self.evicted {
+            Some(e) if !psn.after(e) => dup,
+            _ => psn,
+        }
     }
 
     /// The recorded resource whose PSN range holds `psn`.
@@ -665,6 +691,8 @@ where
             if self.resp.res[oldest].pending() {
                 return None;
             }
+            let r = &self.resp.res[oldest];
+            self.resp.evicted = Some(r.psn.wrapping_add(r.count.max(1) - 1));
             self.resp.res[oldest] = Resource::default();
             self.resp.res_head = self.resp.at(1);
             self.resp.res_len -= 1;
@@ -794,8 +822,9 @@ where
                 }
             }
             _ => {
-                // Re-acknowledge everything received so far.
-                self.resp.ack_pending = Some(self.resp.epsn.wrapping_sub(1));
+                // Re-acknowledge everything received so far, short of a READ or atomic.
+                let all = self.resp.epsn.wrapping_sub(1);
+                self.resp.ack_pending = Some(self.resp.ack_psn(all, psn));
             }
         }
     }

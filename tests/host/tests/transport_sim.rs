@@ -1657,3 +1657,105 @@ fn outage_shorter_than_the_retries_recovers() {
         assert!(p.timeouts >= 1);
     }
 }
+
+/// A duplicate SEND or WRITE is acknowledged again, but never with a PSN inside a READ or an
+/// atomic: a READ's or atomic's own response acknowledges it, and rdma_rxe's completer takes a
+/// plain ACK at a pending READ's or atomic's last PSN as that WR's completion (rxe_comp.c:
+/// check_psn -> check_ack -> COMPST_WRITE_SEND -> COMPST_COMP_ACK), so a READ whose response
+/// was lost completed IBV_WC_SUCCESS with nothing placed (seen as wrong bytes in reliability.sh
+/// B.loss1, rxe0 reading from rrxe1).
+#[test]
+fn duplicate_write_is_never_acknowledged_inside_a_read_or_atomic() {
+    // (ops after the WRITE, the responder's max_dest_rd_atomic, the PSN offset from the WRITE
+    // that the re-ACK must carry)
+    let cases: [(&[u32], u8, u32); 5] = [
+        (&[wr_opcode::RDMA_READ], 4, 0),
+        (
+            &[wr_opcode::RDMA_READ, wr_opcode::ATOMIC_FETCH_AND_ADD],
+            4,
+            0,
+        ),
+        (
+            &[wr_opcode::ATOMIC_FETCH_AND_ADD, wr_opcode::RDMA_READ],
+            4,
+            0,
+        ),
+        // READ (2 PSNs) then a WRITE: the WRITE's PSN is the highest one outside them.
+        (&[wr_opcode::RDMA_READ, wr_opcode::RDMA_WRITE], 4, 3),
+        // One resource: the second READ evicts the first, whose range is then unknown, so the
+        // duplicate's own PSN is acknowledged.
+        (&[wr_opcode::RDMA_READ, wr_opcode::RDMA_READ], 1, 0),
+    ];
+    for (after, depth, want) in cases {
+        let mut p = Pair::with(QpType::Rc, 256, |c| {
+            if c.qpn != 17 {
+                c.max_dest_rd_atomic = depth;
+            }
+        });
+        let write = |id: u64| {
+            let mut w = signaled(wr_opcode::RDMA_WRITE, id, 1);
+            w.remote_addr = 0x1000_1000;
+            w.rkey = 0x100;
+            w
+        };
+        let src = Sge {
+            addr: 0x1000_0000,
+            length: 100,
+            lkey: 0x100,
+        };
+        p.post_send(write(1), &[src], &[]);
+        for (i, &op) in after.iter().enumerate() {
+            let id = 2 + i as u64;
+            match op {
+                wr_opcode::RDMA_READ => {
+                    let (w, sge) = read_wr(id, 0x1000_3000, 0x2000_0000, 512);
+                    p.post_send(w, &[sge], &[]);
+                }
+                wr_opcode::ATOMIC_FETCH_AND_ADD => {
+                    let mut a = signaled(op, id, 1);
+                    a.remote_addr = 0x1000_0008;
+                    a.rkey = 0x100;
+                    a.compare_add = 1;
+                    let sge = Sge {
+                        addr: 0x2000_1000,
+                        length: 8,
+                        lkey: 0x200,
+                    };
+                    p.post_send(a, &[sge], &[]);
+                }
+                _ => p.post_send(write(id), &[src], &[]),
+            }
+        }
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+        let reqs: Vec<Vec<u8>> = p.sa.out.drain(..).map(|(b, _)| b).collect();
+        assert_eq!(reqs.len(), 1 + after.len());
+        let info = RxInfo {
+            grh: [0; GRH_LEN],
+            src: GID_A,
+            dst: GID_B,
+        };
+        for b in &reqs {
+            p.b.rx(&mut p.sb, &mut p.scratch, &Packet::parse(b).unwrap(), &info);
+            p.b.run_responder(&mut p.sb, &mut p.scratch, 100);
+        }
+        assert_eq!(p.b.state(), QpState::Rts, "{after:?}");
+        p.sb.out.clear();
+        // The first WRITE again (its ACK was lost, the requester went back to it).
+        p.b.rx(
+            &mut p.sb,
+            &mut p.scratch,
+            &Packet::parse(&reqs[0]).unwrap(),
+            &info,
+        );
+        p.b.run_responder(&mut p.sb, &mut p.scratch, 100);
+        assert_eq!(p.sb.out.len(), 1, "{after:?}");
+        let ack = Packet::parse(&p.sb.out[0].0).unwrap();
+        assert!(is_op(&ack, Operation::Acknowledge), "{after:?}");
+        let first = Packet::parse(&reqs[0]).unwrap().bth().psn;
+        assert_eq!(
+            ack.bth().psn.distance_from(first),
+            want,
+            "{after:?}: re-ACK at the wrong PSN"
+        );
+    }
+}

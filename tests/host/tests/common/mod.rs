@@ -5,10 +5,11 @@
 
 use rrxe_host_tests::logic::{
     opcode::Operation,
+    psn::Psn,
     qp_state::{QpState, QpType},
     stats::COUNT,
     transport::*,
-    wire::{Packet, Reth},
+    wire::{Packet, Reth, Syndrome},
 };
 use rrxe_host_tests::uapi::{Cqe, SendWqe, Sge};
 use std::collections::VecDeque;
@@ -289,6 +290,10 @@ pub struct Pair {
     /// An outage: from the packet with this index on, everything is lost until this many
     /// timeouts have fired (in time, not in packets: a timeout resends as much as it will).
     pub outage: Option<(usize, u32)>,
+    /// The path MTU both engines use.
+    pub mtu: u32,
+    /// PSN ranges (sent by `a`, first PSN, PSNs) of every READ and atomic request carried.
+    pub rd_atomic: Vec<(bool, Psn, u32)>,
 }
 
 pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
@@ -361,6 +366,8 @@ impl Pair {
             held: None,
             timeouts: 0,
             outage: None,
+            mtu,
+            rd_atomic: Vec::new(),
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
             e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
@@ -426,8 +433,42 @@ impl Pair {
         eng.flush_ack(side, &mut self.scratch);
     }
 
+    /// Checks what an engine emits against what a requester may be sent: a plain ACK never
+    /// names a PSN inside a READ or atomic request (their responses acknowledge them; rdma_rxe
+    /// completes a pending READ or atomic on a plain ACK at its last PSN, with nothing
+    /// placed).
+    fn check_emitted(&mut self, pkt: &Packet<'_>, from_a: bool) {
+        let psn = pkt.bth().psn;
+        match pkt.info().op {
+            Operation::RdmaReadRequest => {
+                let len = pkt.reth().map_or(0, |r| r.len);
+                let n = len.div_ceil(self.mtu).max(1);
+                self.rd_atomic.push((from_a, psn, n));
+            }
+            Operation::CompareSwap | Operation::FetchAdd => self.rd_atomic.push((from_a, psn, 1)),
+            Operation::Acknowledge => {
+                let ack = pkt
+                    .aeth()
+                    .is_some_and(|a| matches!(Syndrome::decode(a.syndrome), Syndrome::Ack { .. }));
+                if let Some(&(_, first, n)) = self
+                    .rd_atomic
+                    .iter()
+                    .find(|&&(by_a, first, n)| ack && by_a != from_a && psn.in_window(first, n))
+                {
+                    panic!(
+                        "plain ACK at PSN {:#x} inside a READ/atomic request {:#x}+{n}",
+                        psn.get(),
+                        first.get()
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Carries one packet through the faulty wire.
     pub fn carry(&mut self, bytes: Vec<u8>, from_a: bool) {
+        self.check_emitted(&Packet::parse(&bytes).unwrap(), from_a);
         let n = self.carried;
         self.carried += 1;
         if self.drop_nth == Some(n) {
