@@ -1692,12 +1692,13 @@ fn duplicate_write_is_never_acknowledged_inside_a_read_or_atomic() {
                 c.max_dest_rd_atomic = depth;
             }
         });
-        let write = |id: u64| {
-            let mut w = signaled(wr_opcode::RDMA_WRITE, id, 1);
-            w.remote_addr = 0x1000_1000;
+        let remote = |op: u32, id: u64, at: u64| {
+            let mut w = signaled(op, id, 1);
+            w.remote_addr = at;
             w.rkey = 0x100;
             w
         };
+        let write = |id: u64| remote(wr_opcode::RDMA_WRITE, id, 0x1000_1000);
         let src = Sge {
             addr: 0x1000_0000,
             length: 100,
@@ -1712,9 +1713,7 @@ fn duplicate_write_is_never_acknowledged_inside_a_read_or_atomic() {
                     p.post_send(w, &[sge], &[]);
                 }
                 wr_opcode::ATOMIC_FETCH_AND_ADD => {
-                    let mut a = signaled(op, id, 1);
-                    a.remote_addr = 0x1000_0008;
-                    a.rkey = 0x100;
+                    let mut a = remote(op, id, 0x1000_0008);
                     a.compare_add = 1;
                     let sge = Sge {
                         addr: 0x2000_1000,
