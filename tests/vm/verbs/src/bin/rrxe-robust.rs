@@ -12,9 +12,10 @@
 //!   rrxe-robust failnth --dev A --path ctx|pd|cq|qp-rc|qp-uc|qp-ud|qp-rtr|mr|ah|srq [--max N]
 //!       fails the 1st, 2nd, ... fault site (/proc/thread-self/fail-nth) of one create path
 //!       until the call succeeds with nothing injected; every failure must be a clean errno
-//!   rrxe-robust linkadd-failnth --name NAME --netdev IF [--type rrxe] [--max N]
+//!   rrxe-robust linkadd-failnth --name NAME --netdev IF [--type rrxe] [--max N] [--first N]
 //!       the same for `rdma link add NAME type rrxe netdev IF` (RDMA netlink NEWLINK sent by
-//!       this thread); after each failure NAME must not exist
+//!       this thread); after each failure NAME must not exist (a lost answer, ENOBUFS from recv:
+//!       the device may exist and is deleted)
 //!   rrxe-robust scale --dev A [--qps N] [--mrs N]
 //!       creates and destroys N QPs and N MRs (capped by ibv_query_device), printing time per
 //!       create and kernel memory per object (/proc/meminfo Slab + VmallocUsed deltas)
@@ -532,8 +533,18 @@ fn nl_attr(buf: &mut Vec<u8>, ty: u16, val: &[u8]) {
     }
 }
 
-/// One RDMA netlink request (NEWLINK/DELLINK) from this thread; Ok or the errno.
-fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), i32> {
+/// How an RDMA netlink request failed.
+enum NlErr {
+    /// The request failed with this errno (sending it, or in the kernel's answer).
+    Op(i32),
+    /// The request was handled but its answer was lost: `recv` failed with ENOBUFS, which is
+    /// how netlink reports that it could not allocate the acknowledgement (`netlink_ack()`),
+    /// so the outcome is unknown to the caller.
+    ReplyLost,
+}
+
+/// One RDMA netlink request (NEWLINK/DELLINK) from this thread.
+fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), NlErr> {
     const NLDEV: u16 = 5;
     const ATTR_DEV_NAME: u16 = 2;
     const ATTR_NDEV_NAME: u16 = 51;
@@ -542,7 +553,7 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), i32> {
     unsafe {
         let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 20);
         if fd < 0 {
-            return Err(errno());
+            return Err(NlErr::Op(errno()));
         }
         let mut body = Vec::new();
         let z = |s: &str| { let mut v = s.as_bytes().to_vec(); v.push(0); v };
@@ -565,20 +576,20 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), i32> {
         if n < 0 {
             let e = errno();
             libc::close(fd);
-            return Err(e);
+            return Err(NlErr::Op(e));
         }
         let mut rb = [0u8; 4096];
         let n = libc::recv(fd, rb.as_mut_ptr().cast(), rb.len(), 0);
         let e = errno();
         libc::close(fd);
         if n < 0 {
-            return Err(e);
+            return Err(if e == libc::ENOBUFS { NlErr::ReplyLost } else { NlErr::Op(e) });
         }
         if n >= 20 && u16::from_ne_bytes([rb[4], rb[5]]) == libc::NLMSG_ERROR as u16 {
             let err = i32::from_ne_bytes([rb[16], rb[17], rb[18], rb[19]]);
-            return if err == 0 { Ok(()) } else { Err(-err) };
+            return if err == 0 { Ok(()) } else { Err(NlErr::Op(-err)) };
         }
-        Err(libc::EPROTO)
+        Err(NlErr::Op(libc::EPROTO))
     }
 }
 
@@ -605,8 +616,10 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
     let mut errnos: BTreeMap<i32, u64> = BTreeMap::new();
     let mut unclean = Vec::new();
     let mut left = Vec::new();
+    let mut lost = 0u64;
     let t0 = Instant::now();
-    let mut n = 1;
+    // --first N starts the sweep at fault site N (to repeat the end of a long sweep).
+    let mut n = a.num("--first", 1).max(1);
     loop {
         if max_secs > 0 && t0.elapsed() > Duration::from_secs(max_secs) {
             out(format!("failnth: rdma link add: time limit ({max_secs} s) reached at fault site {n} ({tried} tried): sweep incomplete"));
@@ -619,6 +632,14 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
         let inj = injected(&mut f);
         arm(&mut f, 0);
         match r {
+            Err(NlErr::ReplyLost) => {
+                // The device was created or not; either is clean. One that exists must work
+                // like any other: deleting it is the check.
+                lost += 1;
+                if exists(&name) && !rdma_link_delete(&name) {
+                    return Err(format!("rdma link delete {name} after fault {n} (reply lost) failed"));
+                }
+            }
             Ok(()) => {
                 if !exists(&name) {
                     left.push(format!("fault {n}: NEWLINK succeeded but {name} does not exist"));
@@ -629,7 +650,7 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
                     break;
                 }
             }
-            Err(e) => {
+            Err(NlErr::Op(e)) => {
                 *errnos.entry(e).or_default() += 1;
                 if !(1..=133).contains(&e) || !inj {
                     unclean.push(format!("fault {n}: {}{}", ename(e), if inj { "" } else { " with nothing injected" }));
@@ -653,7 +674,7 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
         }
     }
     out(format!(
-        "failnth: rdma link add {name} type {ty} netdev {netdev}: {tried} fault sites failed (up to #{}, every {stride}th past #{}) in {:.1} s, errnos {:?}",
+        "failnth: rdma link add {name} type {ty} netdev {netdev}: {tried} fault sites failed (up to #{}, every {stride}th past #{}) in {:.1} s, errnos {:?}, {lost} answers lost (netlink_ack)",
         n - 1,
         stride_after.min(n),
         t0.elapsed().as_secs_f64(),
