@@ -215,7 +215,9 @@ impl<S: DerefMut<Target = [Group]>> Table<S> {
     pub fn regrow(&mut self, mut bigger: S) -> Result<S, S> {
         let len = self.len;
         match bigger.get_mut(..len) {
-            Some(dst) => dst.copy_from_slice(self.groups()),
+            // (`zip`, not `copy_from_slice`: no length-mismatch panic path, whose noreturn call
+            // 6.12's objtool does not recognise.)
+            Some(dst) => dst.iter_mut().zip(self.groups()).for_each(|(d, g)| *d = *g),
             None => return Err(bigger),
         }
         Ok(core::mem::replace(&mut self.slots, bigger))
