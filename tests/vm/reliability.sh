@@ -90,7 +90,7 @@
 # response MIDDLE or LAST then fails check_ack()'s sequence check (comp.opcode -1 needs a start
 # opcode) -> COMPST_ERROR with status still SUCCESS -> the WARN, do_complete(), rxe_qp_error().
 # Any responder that acknowledges a WRITE before answering a later READ can trigger it through
-# a reordering network; nothing on the responder side avoids it.
+# a reordering network; a responder could prevent it only by holding back its ACKs.
 # That WARN is accepted in this suite only (RRXE_VM_KNOWN_SPLATS in tests/vm/run-all);
 # any other kernel report still fails the run.
 # Only that signature (a burst from rxe0 whose first bad completion is a flush) is XFAIL; any
