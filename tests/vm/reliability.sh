@@ -216,13 +216,24 @@ faults() {
       *.reorder|*.corrupt2) max=$((512 << 10)) ops=30 ;;
       *) max=$((2 << 20)) ops=30 ;;
     esac
+    # rdma_rxe's requester recovers a lost READ response only when its ACK timer fires (it
+    # drops the responses past the gap, rxe_comp.c check_psn()), and each retry is answered by
+    # a replay of the rest of the READ at TCG's pace: a 2 MiB READ from rxe0 under 1% loss
+    # took 17 retries and 24,596 response packets and outlasted the 30 s completion timeout in a
+    # clean-clone run (2026-11-26, seed 0x18ebb3c3edbdb3ab). So, where rdma_rxe is an end and
+    # packets are lost, READs of at most 256 KiB and the ACK timeout perftest uses.
+    local maxr=()
+    case $TOPO.$name in
+      B*.loss1|B*.corrupt2) maxr=(--max-read 262144) ackt=(--timeout 14) ;;
+    esac
     local pre="$TOPO.$name"
     # shellcheck disable=SC2086
     if ! netem_on $spec; then fail "$pre.netem" "tc qdisc ... netem $spec failed"; continue; fi
     rel_log "$pre: netem $spec on veth0 and veth1, RC up to $max B"
     snap before
     sub "$pre" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc --ops "$ops" \
-      --max-size "$max" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${ackt[@]}" "${seed[@]}"
+      --max-size "$max" "${maxr[@]}" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${ackt[@]}" \
+      "${seed[@]}"
     snap after
     echo "    $(netem_stats)"
     netem_off
