@@ -205,7 +205,7 @@ faults() {
   for ent in "${SETTINGS[@]}"; do
     name=${ent%%|*}; spec=${ent#*|}
     [[ $settings == *" $name "* ]] || continue
-    local ackt=()
+    local ackt=() maxr=()
     case $TOPO.$name in
       *.loss10) max=65536 ops=30 ;;
       # rdma_rxe's requester gets through reordering a few packets per expiry of its ACK timer
@@ -213,18 +213,15 @@ faults() {
       # timeout in a clean-clone run. So, as `make soak` does: 64 KiB at most and the ACK
       # timeout perftest uses (14: 67 ms) when rdma_rxe is an end.
       B*.reorder) max=65536 ops=30 ackt=(--timeout 14) ;;
+      # It recovers a lost READ response the same way (it drops the responses past the gap,
+      # rxe_comp.c check_psn()), and each retry is answered with the rest of the READ at TCG's
+      # pace: a 2 MiB READ from rxe0 under 1% loss took 17 retries and 24,596 response packets
+      # and outlasted the 30 s completion timeout in a clean-clone run (2026-11-26, seed
+      # 0x18ebb3c3edbdb3ab). So under loss and corruption: READs of at most 256 KiB, timeout 14.
+      B*.corrupt2) max=$((512 << 10)) ops=30 maxr=(--max-read 262144) ackt=(--timeout 14) ;;
+      B*.loss1) max=$((2 << 20)) ops=30 maxr=(--max-read 262144) ackt=(--timeout 14) ;;
       *.reorder|*.corrupt2) max=$((512 << 10)) ops=30 ;;
       *) max=$((2 << 20)) ops=30 ;;
-    esac
-    # rdma_rxe's requester recovers a lost READ response only when its ACK timer fires (it
-    # drops the responses past the gap, rxe_comp.c check_psn()), and each retry is answered by
-    # a replay of the rest of the READ at TCG's pace: a 2 MiB READ from rxe0 under 1% loss
-    # took 17 retries and 24,596 response packets and outlasted the 30 s completion timeout in a
-    # clean-clone run (2026-11-26, seed 0x18ebb3c3edbdb3ab). So, where rdma_rxe is an end and
-    # packets are lost, READs of at most 256 KiB and the ACK timeout perftest uses.
-    local maxr=()
-    case $TOPO.$name in
-      B*.loss1|B*.corrupt2) maxr=(--max-read 262144) ackt=(--timeout 14) ;;
     esac
     local pre="$TOPO.$name"
     # shellcheck disable=SC2086

@@ -468,7 +468,8 @@ impl Pair {
 
     /// Carries one packet through the faulty wire.
     pub fn carry(&mut self, bytes: Vec<u8>, from_a: bool) {
-        self.check_emitted(&Packet::parse(&bytes).unwrap(), from_a);
+        let pkt = Packet::parse(&bytes).expect("engine emits valid packets");
+        self.check_emitted(&pkt, from_a);
         let n = self.carried;
         self.carried += 1;
         if self.drop_nth == Some(n) {
@@ -481,7 +482,7 @@ impl Pair {
             return;
         }
         if let Some(f) = self.drop_if.as_mut() {
-            if f(&Packet::parse(&bytes).unwrap(), from_a) {
+            if f(&pkt, from_a) {
                 return;
             }
         }

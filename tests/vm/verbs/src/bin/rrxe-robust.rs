@@ -636,6 +636,9 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
                 // The device was created or not; either is clean. One that exists must work
                 // like any other: deleting it is the check.
                 lost += 1;
+                if !inj {
+                    unclean.push(format!("fault {n}: answer lost with nothing injected"));
+                }
                 if exists(&name) && !rdma_link_delete(&name) {
                     return Err(format!("rdma link delete {name} after fault {n} (reply lost) failed"));
                 }
