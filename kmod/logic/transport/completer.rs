@@ -2,7 +2,7 @@
 //! The completer: takes ACKs, NAKs and responses, places READ and atomic results, completes
 //! send WRs strictly in SQ order, and tells the requester when to go back N.
 
-use super::{cqe, wc_status, wqe, Engine, Env, Resource, SqEntry, Stat, WrKind};
+use super::{cqe, wc_status, wqe, Engine, Env, Resource, SqEntry, Stat, WrKind, RC_WINDOW};
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
@@ -85,6 +85,16 @@ where
         self.req.backoff = 0;
         self.end_probe();
         self.update_timer(env, true);
+    }
+
+    /// Everything before `p` is acknowledged: the window opens by as many PSNs as this
+    /// acknowledges (slow start after a timeout closed it).
+    fn set_acked(&mut self, p: Psn) {
+        if p.after(self.req.acked) {
+            let n = p.distance_from(self.req.acked);
+            self.req.cwnd = self.req.cwnd.saturating_add(n).min(RC_WINDOW);
+        }
+        self.req.acked = p;
     }
 
     /// An implied NAK (a response skipped an outstanding READ or atomic) or a READ response
@@ -178,7 +188,7 @@ where
         }
         let p = limit.next();
         if p.after(self.req.acked) && !p.after(self.req.high) {
-            self.req.acked = p;
+            self.set_acked(p);
             self.catch_up();
             moved = true;
         }
@@ -339,7 +349,7 @@ where
             return;
         }
         self.sq.entry_mut(idx).read_done = k + 1;
-        self.req.acked = psn.next();
+        self.set_acked(psn.next());
         if s.position.is_end() {
             self.complete_answered(env);
         }
@@ -374,7 +384,7 @@ where
             return;
         }
         self.complete_answered(env);
-        self.req.acked = psn.next();
+        self.set_acked(psn.next());
         self.catch_up();
         self.progress(env);
     }

@@ -43,6 +43,13 @@ pub(super) struct Requester {
     pub(super) backoff: u8,
     /// After a timeout, only the oldest WR goes out again until an answer makes progress.
     pub(super) probe: Option<Probe>,
+    /// Unacknowledged PSNs allowed in flight ([`RC_WINDOW`] at most). A timeout closes it to
+    /// one packet and each acknowledged PSN opens it by one (slow start, RFC 5681): a timeout
+    /// on a peer that is slow rather than deaf (a software RoCE peer working through a backlog)
+    /// must not send it another window of duplicates, each of which it acknowledges again
+    /// (C9-105) before it reaches the request we wait for. Going back N in full at every
+    /// timeout made such a peer fall further behind each time, until the retries ran out.
+    pub(super) cwnd: u32,
     /// The last probe was answered and the requester went back to where the timeout found it,
     /// guessing that the peer was slow, not deaf; the PSN after the probed WR. An answer past
     /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
@@ -55,8 +62,9 @@ pub(super) struct Requester {
 /// window of READs makes such a peer answer every READ again before the response we wait
 /// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
 /// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
-/// again; when an answer makes progress, the requester returns to where it was and lets the
-/// rest of the window answer for itself.
+/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
+/// makes progress, the requester returns to where it was and lets the rest of the window answer
+/// for itself.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Probe {
     /// The WR sent again: the requester does not go past it until progress.
@@ -83,6 +91,7 @@ impl Requester {
             backoff: 0,
             probe: None,
             guess: None,
+            cwnd: RC_WINDOW,
         }
     }
 
@@ -94,6 +103,7 @@ impl Requester {
         self.timer_armed = false;
         self.probe = None;
         self.guess = None;
+        self.cwnd = RC_WINDOW;
         self.acked = self.psn;
     }
 }
@@ -171,7 +181,7 @@ where
         if self.cfg.qp_type != QpType::Rc {
             return Gate::Open;
         }
-        if self.req.psn.distance_from(self.req.acked) >= RC_WINDOW {
+        if self.req.psn.distance_from(self.req.acked) >= self.req.cwnd {
             return Gate::Window;
         }
         if self.req.probe.is_some_and(|p| p.idx != self.sq.next) {
@@ -329,8 +339,11 @@ where
             cfg.dest_qpn
         };
         let end = pos.is_end();
+        // A packet that fills the window asks for an ACK too: a peer that acknowledges only
+        // when asked (rdma_rxe) would otherwise leave a small window closed until the timer.
+        let fills = psn.next().distance_from(self.req.acked) >= self.req.cwnd;
         let ack_req = cfg.qp_type == QpType::Rc
-            && (end || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
+            && (end || fills || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
         let mut h = Headers::new(Bth {
             opcode: opc,
             se: end && w.send_flags & super::send_flags::SOLICITED != 0,
@@ -456,14 +469,17 @@ where
         self.req.retrying = false;
         self.req.backoff = (self.req.backoff + 1).min(2);
         if self.spend_retry(env) {
-            let was = Probe {
+            // A probe that went unanswered keeps the place the first timeout found: the
+            // requester returns there, not to just after the probe.
+            let was = self.req.probe.unwrap_or(Probe {
                 idx: self.sq.next,
                 next: self.sq.next,
                 cur_pkt: self.req.cur_pkt,
                 psn: self.req.psn,
-            };
+            });
             let p = self.req.acked;
             self.rewind(p);
+            self.req.cwnd = 1;
             // A probe whose answer led back to `was` and nothing came since: the guess was
             // wrong, the rest of the window is lost; go back N in full this time.
             if self.req.guess.take().is_none() {

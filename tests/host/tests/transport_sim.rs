@@ -1035,6 +1035,137 @@ fn a_wrong_probe_guess_goes_back_n_at_the_next_timeout() {
     assert_eq!(p.sa.stat(Stat::Timeouts), 2);
 }
 
+/// Posts `n` signaled RDMA WRITEs of `len` bytes each, from A's MR 0x100 to B's.
+fn post_writes(p: &mut Pair, n: u64, len: u32) {
+    for i in 0..n {
+        let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
+        w.remote_addr = 0x1020_0000 + i * u64::from(len);
+        w.rkey = 0x100;
+        p.post_send(
+            w,
+            &[Sge {
+                addr: 0x1000_0000 + i * u64::from(len),
+                length: len,
+                lkey: 0x100,
+            }],
+            &[],
+        );
+    }
+}
+
+#[test]
+fn a_timeout_resends_one_packet_then_slow_starts() {
+    // A 64-packet WRITE is lost whole. The timeout sends one packet, asking for an ACK; from
+    // then on each answer opens the window by what it acknowledges (1, 2, 4, ... packets), and
+    // the packet that fills the window asks for an ACK, so a peer that answers only when asked
+    // (rdma_rxe) never leaves the window closed until the next timeout.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 64 * 256);
+    for _ in 0..8 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    }
+    let lost: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(lost.len(), 64);
+    let psn_of = |b: &[u8]| Packet::parse(b).unwrap().bth().psn;
+    // The first timeout probes with one packet; its answer sends the requester back to
+    // where it was, to wait for answers that will not come.
+    p.a.retry_timer_expired(&mut p.sa);
+    for _ in 0..3 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    }
+    let probe: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(probe.len(), 1, "the first timeout sends one packet");
+    assert!(Packet::parse(&probe[0].0).unwrap().bth().ack_req);
+    assert_eq!(psn_of(&probe[0].0), psn_of(&lost[0].0));
+    p.deliver(&probe[0].0, true);
+    for (b, _) in p.sb.out.drain(..).collect::<Vec<_>>() {
+        p.deliver(&b, false);
+    }
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert!(
+        p.sa.out.is_empty(),
+        "a window of two, and 63 packets believed in flight"
+    );
+    // The second timeout goes back N, one packet first.
+    p.a.retry_timer_expired(&mut p.sa);
+    for _ in 0..3 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    }
+    assert_eq!(p.sa.out.len(), 1, "the second timeout sends one packet");
+    assert_eq!(psn_of(&p.sa.out[0].0), psn_of(&lost[1].0));
+    let mut rounds = Vec::new();
+    // Round by round: everything A sent reaches B, B's answers reach A.
+    while p.sa.send_cq.is_empty() {
+        let out: Vec<_> = p.sa.out.drain(..).collect();
+        assert!(!out.is_empty(), "the window never stays closed");
+        let last = out.last().unwrap().0.clone();
+        assert!(Packet::parse(&last).unwrap().bth().ack_req);
+        rounds.push(out.len());
+        for (b, _) in out {
+            p.deliver(&b, true);
+        }
+        let back: Vec<_> = p.sb.out.drain(..).collect();
+        for (b, _) in back {
+            p.deliver(&b, false);
+        }
+        for _ in 0..8 {
+            p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+        }
+    }
+    assert_eq!(rounds, vec![1, 2, 4, 8, 16, 32]);
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 64 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 64 * 256)
+    );
+}
+
+#[test]
+fn a_slow_peer_gets_no_window_of_duplicates_from_a_timeout() {
+    // The peer holds 512 packets (a full window) unprocessed for 20 ms, then works through
+    // them at 4 per 100 us (an rdma_rxe peer on a loaded host). The timer (4.2 ms) fires twice
+    // during the stall. Each timeout adds one packet to the peer's backlog, not a window of
+    // duplicates that the peer must acknowledge one by one before it reaches anything new
+    // (going back N in full added 512 at each timeout, and with the peer further behind at
+    // every round, the retries ran out). And when the first answers come, the requester
+    // returns to where the first timeout found it, not to where the second one did: nothing
+    // the peer holds is sent again.
+    let mut p = Pair::with(QpType::Rc, 256, |c| c.timeout = 10);
+    post_writes(&mut p, 4, 256 * 256);
+    let mut wire: std::collections::VecDeque<Vec<u8>> = Default::default();
+    let (mut now, mut deadline, mut sets) = (0u64, None, 0u32);
+    while p.sa.send_cq.len() < 4 {
+        assert!(now < 10_000_000, "stuck");
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+        wire.extend(p.sa.out.drain(..).map(|(b, _)| b));
+        if now >= 20_000 {
+            for b in wire.drain(..wire.len().min(4)).collect::<Vec<_>>() {
+                p.deliver(&b, true);
+            }
+            for (b, _) in p.sb.out.drain(..).collect::<Vec<_>>() {
+                p.deliver(&b, false);
+            }
+        }
+        if p.sa.timer_sets != sets {
+            sets = p.sa.timer_sets;
+            deadline = p.sa.retry_timer.map(|us| now + us);
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            deadline = None;
+            p.a.retry_timer_expired(&mut p.sa);
+        }
+        now += 100;
+    }
+    assert_eq!(statuses(&p.sa), (0..4).map(|i| (i, 0)).collect::<Vec<_>>());
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 4 * 256 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 4 * 256 * 256)
+    );
+    assert_eq!(p.sa.stat(Stat::Timeouts), 2);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 2);
+    assert_eq!(p.sb.stat(Stat::DuplicateRequests), 2);
+}
+
 #[test]
 fn timeout_zero_never_retransmits() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 0);

@@ -41,6 +41,9 @@ pub struct Side {
     pub out: Vec<(Vec<u8>, Dest)>,
     pub rnr_armed: u32,
     pub retry_timer: Option<u64>,
+    /// How many times the engine set or stopped the retransmit timer (a restart at the same
+    /// value included).
+    pub timer_sets: u32,
     pub stats: Vec<u64>,
     pub atomics_executed: u32,
     /// The RQ ring is broken (a scribbled producer): every take answers Bad.
@@ -204,6 +207,7 @@ impl Env for Side {
     }
     fn set_retry_timer(&mut self, usecs: Option<u64>) {
         self.retry_timer = usecs;
+        self.timer_sets += 1;
     }
     fn stat(&mut self, s: Stat, n: u64) {
         if self.stats.len() < COUNT {
