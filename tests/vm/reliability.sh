@@ -104,7 +104,7 @@
 # any other kernel report still fails the run.
 # Only that signature (a burst from rxe0 whose first bad completion is a flush) is XFAIL; any
 # other failure of the check still fails.
-xfail_sig_reorder='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9]+ [A-Z_]+ Work Request Flushed Error'
+xfail_sig_stale_ack='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9]+ [A-Z_]+ Work Request Flushed Error'
 #
 # Fixed (formerly XFAIL): ib_read_bw with rrxe1 as the client and rdma_rxe's rxe0 as the server
 # (-o 128, 16 KiB, mtu 1024) ended in IBV_WC_RETRY_EXC_ERR on a uniprocessor guest. perftest
@@ -142,7 +142,7 @@ sub() {
   local x
   for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known rdma_rxe 6.12 bug):/"); done
   if [ -z "${RRXE_REL_XFAIL+set}" ]; then
-    out=$(echo "$out" | sed -E "s/^FAIL (B\.(reorder|loss1|loss10|dup5|corrupt2)\.integrity\.rc\.two_devices): ($xfail_sig_reorder)/XFAIL \1 (suspected rdma_rxe 6.12 requester bug: a stale ACK inside a READ response, see the header): \3/")
+    out=$(echo "$out" | sed -E "s/^FAIL (B\.(reorder|loss1|loss10|dup5|corrupt2)\.integrity\.rc\.two_devices): ($xfail_sig_stale_ack)/XFAIL \1 (suspected rdma_rxe 6.12 requester bug: a stale ACK inside a READ response, see the header): \3/")
   fi
   echo "$out"
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")

@@ -997,44 +997,6 @@ fn timeout_on_a_slow_peer_probes_with_one_wr() {
     assert_eq!(p.timeouts, 0);
 }
 
-#[test]
-fn a_wrong_probe_guess_goes_back_n_at_the_next_timeout() {
-    // WRITEs 1..7 are lost, not late. The first timeout probes WRITE 1, which is answered;
-    // the requester then guesses the rest are on their way. The next timeout proves it wrong
-    // and goes back N over the whole window: two timeouts, not one per WR.
-    let mut p = Pair::new(QpType::Rc, 1024);
-    for i in 0..8u64 {
-        let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
-        w.remote_addr = 0x1020_0000 + i * 512;
-        w.rkey = 0x100;
-        p.post_send(
-            w,
-            &[Sge {
-                addr: 0x1000_0000 + i * 512,
-                length: 512,
-                lkey: 0x100,
-            }],
-            &[],
-        );
-    }
-    let mut n = 0;
-    p.drop_if = Some(Box::new(move |_, from_a| {
-        if from_a {
-            n += 1;
-            return (2..=8).contains(&n);
-        }
-        false
-    }));
-    p.run();
-    assert_eq!(statuses(&p.sa), (0..8).map(|i| (i, 0)).collect::<Vec<_>>());
-    assert_eq!(
-        bytes(&p.sb, 0x100, 0x1020_0000, 8 * 512),
-        bytes(&p.sa, 0x100, 0x1000_0000, 8 * 512)
-    );
-    assert_eq!(p.timeouts, 2);
-    assert_eq!(p.sa.stat(Stat::Timeouts), 2);
-}
-
 /// Posts `n` signaled RDMA WRITEs of `len` bytes each, from A's MR 0x100 to B's.
 fn post_writes(p: &mut Pair, n: u64, len: u32) {
     for i in 0..n {
@@ -1051,6 +1013,31 @@ fn post_writes(p: &mut Pair, n: u64, len: u32) {
             &[],
         );
     }
+}
+
+#[test]
+fn a_wrong_probe_guess_goes_back_n_at_the_next_timeout() {
+    // WRITEs 1..7 are lost, not late. The first timeout probes WRITE 1, which is answered;
+    // the requester then guesses the rest are on their way. The next timeout proves it wrong
+    // and goes back N over the whole window: two timeouts, not one per WR.
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_writes(&mut p, 8, 512);
+    let mut n = 0;
+    p.drop_if = Some(Box::new(move |_, from_a| {
+        if from_a {
+            n += 1;
+            return (2..=8).contains(&n);
+        }
+        false
+    }));
+    p.run();
+    assert_eq!(statuses(&p.sa), (0..8).map(|i| (i, 0)).collect::<Vec<_>>());
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 8 * 512),
+        bytes(&p.sa, 0x100, 0x1000_0000, 8 * 512)
+    );
+    assert_eq!(p.timeouts, 2);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 2);
 }
 
 #[test]
