@@ -40,6 +40,9 @@ pub enum Stat {
     OutOfSeqRequests,
     /// Duplicate READ or atomic requests with no recorded responder resource (dropped).
     DuplicateNoResource,
+    /// ACKs sent again after a retransmission episode went quiet (see
+    /// `Engine::reack_timer_expired`).
+    ReAcks,
     /// WRs completed with RETRY_EXC_ERR.
     RetryExceeded,
     /// WRs completed with RNR_RETRY_EXC_ERR.
@@ -91,6 +94,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::DuplicateResponses,
     Stat::OutOfSeqRequests,
     Stat::DuplicateNoResource,
+    Stat::ReAcks,
     Stat::RetryExceeded,
     Stat::RnrRetryExceeded,
     Stat::ErrNaksSent,
@@ -125,6 +129,7 @@ pub const NAMES: [&str; COUNT] = [
     "duplicate_responses\0",
     "out_of_seq_requests\0",
     "duplicate_no_resource\0",
+    "reacks_sent\0",
     "retry_exceeded_err\0",
     "retry_rnr_exceeded_err\0",
     "err_naks_sent\0",

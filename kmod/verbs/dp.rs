@@ -699,6 +699,9 @@ pub(crate) struct QpInner {
     /// The retransmit timer.
     #[pin]
     retry: timer::Timer,
+    /// The responder's re-acknowledgement timer.
+    #[pin]
+    reack: timer::Timer,
     /// This QP's skbs in the network stack (capped at [`inflight::HIGH`]).
     gauge: Arc<Gauge<QpInner>>,
     pub(crate) qpn: u32,
@@ -806,6 +809,7 @@ impl QpInner {
             pace <- timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
             kick <- work::Work::for_owner::<QpInner, 0>(),
             retry <- timer::Timer::for_owner::<QpInner, TIMER_RETRY>(),
+            reack <- timer::Timer::for_owner::<QpInner, TIMER_REACK>(),
         }? Error))
     }
 
@@ -814,7 +818,8 @@ impl QpInner {
         self.timer.bind(me)?;
         self.pace.bind(me)?;
         self.kick.bind(me)?;
-        self.retry.bind(me)
+        self.retry.bind(me)?;
+        self.reack.bind(me)
     }
 
     /// Lets the transmit gauge wake this QP. The last step of creation: from here on only
@@ -838,6 +843,7 @@ impl QpInner {
         self.timer.shutdown_sync();
         self.pace.shutdown_sync();
         self.retry.shutdown_sync();
+        self.reack.shutdown_sync();
         // Last: a receive path that took the QP from its table before the owner removes it
         // either holds the lock now (and is waited for here) or finds it closed. So no grace
         // period is needed after the removal, and the receive path pays nothing for it.
@@ -1329,6 +1335,21 @@ impl QpInner {
         });
     }
 
+    /// The re-acknowledgement timer fired (the engine ignores a stale expiry).
+    fn reack_expired(&self) {
+        with_bh_disabled(|| {
+            let mut out = Outbox::new(&self.fabric, 0, None);
+            {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                let mut cx = self.ctx(&mut d.sh, &mut out);
+                d.eng.reack_timer_expired(&mut cx, &mut d.scratch);
+                self.finish(cx.sh);
+            }
+            deliver(&self.fabric, &mut out);
+        });
+    }
+
     /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
     /// again, so a broken one is read again.
     fn discard_rings(sh: &mut Shell, qp: &QpInner) {
@@ -1348,6 +1369,7 @@ impl QpInner {
 const TIMER_RNR: u32 = 0;
 const TIMER_PACE: u32 = 1;
 const TIMER_RETRY: u32 = 2;
+const TIMER_REACK: u32 = 3;
 
 impl TxWaker for QpInner {
     fn tx_room(&self) {
@@ -1366,6 +1388,7 @@ impl timer::TimerOwner for QpInner {
         match id {
             TIMER_RNR => self.rnr_expired(),
             TIMER_RETRY => self.retry_expired(),
+            TIMER_REACK => self.reack_expired(),
             _ => self.resume(),
         }
     }
@@ -1912,6 +1935,13 @@ impl Env for Ctx<'_, '_> {
                 self.sh.retry_at = None;
                 self.qp.retry.cancel();
             }
+        }
+    }
+
+    fn set_reack_timer(&mut self, usecs: Option<u32>) {
+        match usecs {
+            Some(us) => self.qp.reack.arm(us),
+            None => self.qp.reack.cancel(),
         }
     }
 

@@ -177,6 +177,10 @@ pub trait Env {
     /// Arms (restarts) the retransmit timer to fire in `usecs` microseconds, or stops it
     /// (`None`); [`Engine::retry_timer_expired`] is to be called when it fires.
     fn set_retry_timer(&mut self, usecs: Option<u64>);
+    /// Arms (restarts) the responder's re-acknowledgement timer to fire in `usecs`
+    /// microseconds, or stops it (`None`); [`Engine::reack_timer_expired`] is to be called when
+    /// it fires. A stale expiry (after a stop) is harmless: the engine checks its own state.
+    fn set_reack_timer(&mut self, usecs: Option<u32>);
     /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
     fn stat(&mut self, s: Stat, n: u64);
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet

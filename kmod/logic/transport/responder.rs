@@ -96,6 +96,23 @@ pub(super) struct Responder<R> {
     /// Last PSN of the newest resource evicted to make room (see [`Responder::ack_psn`]).
     evicted: Option<Psn>,
     pub(super) comm_est_sent: bool,
+    /// Re-acknowledgements still to send if the requester stays quiet after a retransmission
+    /// (0: none; see [`Engine::reack_timer_expired`]).
+    reack_left: u8,
+    /// The PSN they acknowledge (the answer to the last duplicate).
+    reack_psn: Psn,
+}
+
+/// Re-acknowledgements after a retransmission episode, at most.
+pub(super) const REACK_TRIES: u8 = 4;
+/// Quiet time after the last duplicate before the first re-acknowledgement (one jiffy at
+/// HZ 250); each further one waits four times longer (4, 16, 64, 256 ms).
+pub(super) const REACK_FIRST_US: u32 = 4_000;
+
+/// The wait before the re-acknowledgement that leaves `left` more to send.
+fn reack_delay(left: u8) -> u32 {
+    let shift = 2 * u32::from(REACK_TRIES.saturating_sub(left).min(REACK_TRIES - 1));
+    REACK_FIRST_US << shift
 }
 
 impl<R: DerefMut<Target = [Resource]>> Responder<R> {
@@ -118,6 +135,8 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             nak_pending: None,
             evicted: None,
             comm_est_sent: false,
+            reack_left: 0,
+            reack_psn: Psn::ZERO,
         };
         r.reset();
         r
@@ -138,6 +157,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.nak_pending = None;
         self.evicted = None;
         self.comm_est_sent = false;
+        self.reack_left = 0;
     }
 
     /// Entering ERR: nothing more is sent.
@@ -148,6 +168,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.in_msg = InMsg::None;
         self.ack_pending = None;
         self.nak_pending = None;
+        self.reack_left = 0;
     }
 
     /// Ring index of the `k`-th oldest resource (`k < res.len()`, `res_head < res.len()`;
@@ -327,6 +348,31 @@ where
         }
     }
 
+    /// The re-acknowledgement timer fired: no request arrived since the last duplicate, so the
+    /// requester's retransmission is over and our answer to it may have been lost. The same ACK
+    /// goes out again, up to [`REACK_TRIES`] times with growing waits, until a new request
+    /// arrives. A duplicate ACK is harmless to any requester (the wire may duplicate packets),
+    /// and it rescues one that waits for it without a timer: rdma_rxe's completer, when an ACK
+    /// reached it while it was still resending the WR the ACK covers, advances its expected PSN
+    /// past that WR without completing it (rxe_comp.c `COMPST_WRITE_SEND` only completes a WR
+    /// in state "pending", `COMPST_UPDATE_COMP` otherwise), and with nothing unacknowledged its
+    /// retransmit timer neither retries nor re-arms (`COMPST_ERROR_RETRY`): the WR waits for
+    /// an ACK that names it, for ever (README, "rdma_rxe strands a WR it has sent in full").
+    pub fn reack_timer_expired<E: Env>(&mut self, env: &mut E, scratch: &mut [u8]) {
+        if self.resp.reack_left == 0 || self.state == QpState::Err {
+            return;
+        }
+        self.resp.reack_left -= 1;
+        if self.resp.nak_pending.is_none() {
+            self.resp.ack_pending = Some(self.resp.reack_psn);
+            self.stat(env, Stat::ReAcks, 1);
+        }
+        self.flush_ack(env, scratch);
+        if self.resp.reack_left > 0 {
+            env.set_reack_timer(Some(reack_delay(self.resp.reack_left)));
+        }
+    }
+
     /// Abandons the message in progress (UC drop); a taken receive WQE is kept for the next
     /// message.
     fn abandon_msg(&mut self) {
@@ -417,7 +463,14 @@ where
         let info = pkt.info();
         let psn = pkt.bth().psn;
         match self.classify(psn, info.position.is_start()) {
-            Arrival::InOrder => self.resp.nak_sent = false,
+            Arrival::InOrder => {
+                self.resp.nak_sent = false;
+                if self.resp.reack_left > 0 {
+                    // The requester moved on: its retransmission reached us and was answered.
+                    self.resp.reack_left = 0;
+                    env.set_reack_timer(None);
+                }
+            }
             Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
                 if !self.resp.nak_sent {
@@ -824,7 +877,14 @@ where
             _ => {
                 // Re-acknowledge everything received so far, short of a READ or atomic.
                 let all = self.resp.epsn.wrapping_sub(1);
-                self.resp.ack_pending = Some(self.resp.ack_psn(all, psn));
+                let ack = self.resp.ack_psn(all, psn);
+                self.resp.ack_pending = Some(ack);
+                // And again if the requester then goes quiet (each duplicate restarts the wait).
+                if self.cfg.qp_type == QpType::Rc {
+                    self.resp.reack_psn = ack;
+                    self.resp.reack_left = REACK_TRIES;
+                    env.set_reack_timer(Some(reack_delay(REACK_TRIES)));
+                }
             }
         }
     }

@@ -1876,3 +1876,104 @@ fn duplicate_write_is_never_acknowledged_inside_a_read_or_atomic() {
         );
     }
 }
+
+/// The ACKs B sent since the last call (drained), as PSNs.
+fn acks_from_b(p: &mut Pair) -> Vec<u32> {
+    p.sb.out
+        .drain(..)
+        .filter_map(|(b, _)| {
+            let pkt = Packet::parse(&b).ok()?;
+            is_op(&pkt, Operation::Acknowledge).then(|| pkt.bth().psn.get())
+        })
+        .collect()
+}
+
+#[test]
+fn a_responder_acknowledges_again_when_a_retransmission_goes_quiet() {
+    // rdma_rxe's completer takes an ACK that arrives while it is still resending the WR the ACK
+    // covers as a partial ACK: it moves its expected PSN past the WR without completing it, and
+    // with nothing unacknowledged its timer never fires again. The WR then waits for another
+    // ACK that names it; if the answers to the retransmission are lost, none ever comes (README,
+    // "rdma_rxe strands a WR it has sent in full"). So when a retransmission has been answered
+    // and the requester goes quiet, the responder sends the same ACK again: at most 4 times,
+    // with growing waits (4, 16, 64, 256 ms).
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_writes(&mut p, 1, 3000);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let sent: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(sent.len(), 3);
+    let last = Packet::parse(&sent[2].0).unwrap().bth().psn.get();
+    for (b, _) in &sent {
+        p.deliver(b, true);
+    }
+    assert_eq!(
+        acks_from_b(&mut p).last(),
+        Some(&last),
+        "the first answers (lost)"
+    );
+    assert_eq!(
+        p.sb.reack_timer, None,
+        "nothing to repeat without a retransmission"
+    );
+    // The requester retransmits everything; B answers each duplicate (all lost).
+    for (b, _) in &sent {
+        p.deliver(b, true);
+    }
+    assert_eq!(acks_from_b(&mut p), vec![last; 3]);
+    assert_eq!(p.sb.stat(Stat::DuplicateRequests), 3);
+    // The requester is quiet: the same ACK again, with growing waits, then nothing.
+    let mut waits = Vec::new();
+    while let Some(us) = p.sb.reack_timer.take() {
+        waits.push(us);
+        p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
+        assert_eq!(acks_from_b(&mut p), vec![last]);
+        assert!(waits.len() <= 4, "bounded");
+    }
+    assert_eq!(waits, vec![4_000, 16_000, 64_000, 256_000]);
+    assert_eq!(p.sb.stat(Stat::ReAcks), 4);
+    // A late expiry (the kernel timer raced a stop) sends nothing.
+    p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
+    assert!(p.sb.out.is_empty());
+}
+
+/// A pair where A posted `n` one-packet WRITEs and sent the first, which B received twice and
+/// answered twice (the answers drained).
+fn answered_duplicate(n: u64) -> Pair {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_writes(&mut p, n, 512);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 1);
+    let first: Vec<_> = p.sa.out.drain(..).collect();
+    p.deliver(&first[0].0, true);
+    p.deliver(&first[0].0, true);
+    acks_from_b(&mut p);
+    p
+}
+
+#[test]
+fn a_new_request_ends_the_re_acknowledgements() {
+    let mut p = answered_duplicate(2);
+    assert_eq!(p.sb.reack_timer, Some(4_000), "armed by the duplicate");
+    // The requester goes on with the next WR: the timer stops, and an expiry already under way
+    // finds nothing to send.
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 1);
+    let second: Vec<_> = p.sa.out.drain(..).collect();
+    p.deliver(&second[0].0, true);
+    assert_eq!(p.sb.reack_timer, None);
+    acks_from_b(&mut p);
+    p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
+    assert!(p.sb.out.is_empty());
+    assert_eq!(p.sb.stat(Stat::ReAcks), 0);
+    // Both WRITEs complete.
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (1, 0)]);
+}
+
+#[test]
+fn re_acknowledgements_end_when_the_qp_fails() {
+    let mut p = answered_duplicate(1);
+    assert!(p.sb.reack_timer.is_some());
+    p.b.set_state(&mut p.sb, QpState::Err, false);
+    p.sb.out.clear();
+    p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
+    assert!(p.sb.out.is_empty(), "a QP in ERR sends nothing");
+}

@@ -44,6 +44,8 @@ pub struct Side {
     /// How many times the engine set or stopped the retransmit timer (a restart at the same
     /// value included).
     pub timer_sets: u32,
+    /// The responder's re-acknowledgement timer (microseconds), if armed.
+    pub reack_timer: Option<u32>,
     pub stats: Vec<u64>,
     pub atomics_executed: u32,
     /// The RQ ring is broken (a scribbled producer): every take answers Bad.
@@ -208,6 +210,9 @@ impl Env for Side {
     fn set_retry_timer(&mut self, usecs: Option<u64>) {
         self.retry_timer = usecs;
         self.timer_sets += 1;
+    }
+    fn set_reack_timer(&mut self, usecs: Option<u32>) {
+        self.reack_timer = usecs;
     }
     fn stat(&mut self, s: Stat, n: u64) {
         if self.stats.len() < COUNT {
@@ -538,7 +543,16 @@ impl Pair {
                 self.a.rnr_timer_expired();
                 continue;
             }
-            // The wire is quiet: the retransmit timers fire.
+            // The wire is quiet: the responders' re-acknowledgement timers fire first (they are
+            // the shorter), then the retransmit timers.
+            if self.sa.reack_timer.take().is_some() {
+                self.a.reack_timer_expired(&mut self.sa, &mut self.scratch);
+                continue;
+            }
+            if self.sb.reack_timer.take().is_some() {
+                self.b.reack_timer_expired(&mut self.sb, &mut self.scratch);
+                continue;
+            }
             let mut fired = false;
             if self.sa.retry_timer.take().is_some() {
                 self.a.retry_timer_expired(&mut self.sa);
