@@ -1877,10 +1877,10 @@ impl Env for Ctx<'_, '_> {
         }
     }
 
-    fn complete(&mut self, cq: CqSel, c: &Cqe) -> bool {
+    fn complete(&mut self, cq: CqSel, c: &Cqe, solicited: bool) -> bool {
         match cq {
-            CqSel::Send => self.qp.send_cq.push(c, false),
-            CqSel::Recv => self.qp.recv_cq.push(c, true),
+            CqSel::Send => self.qp.send_cq.push(c, solicited),
+            CqSel::Recv => self.qp.recv_cq.push(c, solicited),
         }
     }
 

@@ -167,7 +167,10 @@ pub trait Env {
     /// shell's continuation resumes).
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
     /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
-    fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool;
+    /// `solicited`: the completion answers a request for solicited-only notification
+    /// (`ibv_req_notify_cq(cq, 1)`): a receive of a message whose last packet carried the
+    /// Solicited Event bit, or any unsuccessful completion (IBTA 11.4.2.2).
+    fn complete(&mut self, cq: CqSel, cqe: &Cqe, solicited: bool) -> bool;
     /// Raises an affiliated event.
     fn event(&mut self, ev: Event);
     /// Takes the next receive WQE (RQ or SRQ) into `out`.
@@ -680,9 +683,15 @@ where
         }
     }
 
-    /// Posts a completion; a full CQ moves the QP to ERR at the end of the current call.
+    /// Posts a completion; a full CQ moves the QP to ERR at the end of the current call. An
+    /// unsuccessful one is solicited (see [`Env::complete`]).
     fn post<E: Env>(&mut self, env: &mut E, cq: CqSel, c: &Cqe) {
-        if !env.complete(cq, c) {
+        self.post_se(env, cq, c, false);
+    }
+
+    /// Posts a completion of a message whose last packet carried the Solicited Event bit `se`.
+    fn post_se<E: Env>(&mut self, env: &mut E, cq: CqSel, c: &Cqe, se: bool) {
+        if !env.complete(cq, c, se || c.status != wc_status::SUCCESS) {
             self.stat(env, Stat::CqOverflows, 1);
             self.cq_overflow = true;
         }
@@ -744,6 +753,7 @@ where
             );
         }
         self.resp.on_flush();
+        env.set_reack_timer(None);
         if self.cfg.has_srq {
             if !self.last_wqe_sent {
                 // Once per entry to ERR: no WQE will be taken from the SRQ any more.

@@ -105,9 +105,11 @@ pub(super) struct Responder<R> {
 
 /// Re-acknowledgements after a retransmission episode, at most.
 pub(super) const REACK_TRIES: u8 = 4;
-/// Quiet time after the last duplicate before the first re-acknowledgement (one jiffy at
-/// HZ 250); each further one waits four times longer (4, 16, 64, 256 ms).
-pub(super) const REACK_FIRST_US: u32 = 4_000;
+/// Quiet time after the last duplicate before the first re-acknowledgement; each further one
+/// waits four times longer (8, 32, 128, 512 ms). Two jiffies at HZ 250, so that the first one
+/// comes after at least 4 ms of quiet (a kernel timer fires at a tick), when the requester has
+/// finished its retransmission.
+pub(super) const REACK_FIRST_US: u32 = 8_000;
 
 /// The wait before the re-acknowledgement that leaves `left` more to send.
 fn reack_delay(left: u8) -> u32 {
@@ -350,14 +352,15 @@ where
 
     /// The re-acknowledgement timer fired: no request arrived since the last duplicate, so the
     /// requester's retransmission is over and our answer to it may have been lost. The same ACK
-    /// goes out again, up to [`REACK_TRIES`] times with growing waits, until a new request
-    /// arrives. A duplicate ACK is harmless to any requester (the wire may duplicate packets),
-    /// and it rescues one that waits for it without a timer: rdma_rxe's completer, when an ACK
-    /// reached it while it was still resending the WR the ACK covers, advances its expected PSN
-    /// past that WR without completing it (rxe_comp.c `COMPST_WRITE_SEND` only completes a WR
-    /// in state "pending", `COMPST_UPDATE_COMP` otherwise), and with nothing unacknowledged its
-    /// retransmit timer neither retries nor re-arms (`COMPST_ERROR_RETRY`): the WR waits for
-    /// an ACK that names it, for ever (README, "rdma_rxe strands a WR it has sent in full").
+    /// goes out again, up to [`REACK_TRIES`] times with growing waits, until a new in-order
+    /// request arrives. A requester must take duplicate ACKs (the wire duplicates packets), and
+    /// this one rescues a requester that waits for it without a timer: rdma_rxe's completer,
+    /// when an ACK reached it while it was still resending the WR the ACK covers, advances its
+    /// expected PSN past that WR without completing it (rxe_comp.c `COMPST_WRITE_SEND` only
+    /// completes a WR in state "pending", `COMPST_UPDATE_COMP` otherwise), and with nothing
+    /// unacknowledged its retransmit timer neither retries nor re-arms (`COMPST_ERROR_RETRY`):
+    /// the WR waits for an ACK that names it, for ever (README, "rdma_rxe strands a WR it has
+    /// sent in full").
     pub fn reack_timer_expired<E: Env>(&mut self, env: &mut E, scratch: &mut [u8]) {
         if self.resp.reack_left == 0 || self.state == QpState::Err {
             return;
@@ -433,7 +436,7 @@ where
                     c.imm_data = u32::from_ne_bytes(imm.imm.to_be_bytes());
                     c.wc_flags |= wc_flags::WITH_IMM;
                 }
-                self.post(env, CqSel::Recv, &c);
+                self.post_se(env, CqSel::Recv, &c, pkt.bth().se);
             }
             Err(status) => {
                 c.status = status;
@@ -695,7 +698,7 @@ where
                             bad_inv = true;
                         }
                     }
-                    self.post(env, CqSel::Recv, &c);
+                    self.post_se(env, CqSel::Recv, &c, pkt.bth().se);
                     if bad_inv {
                         self.fatal(env, false);
                         return;

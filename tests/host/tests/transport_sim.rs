@@ -1896,7 +1896,7 @@ fn a_responder_acknowledges_again_when_a_retransmission_goes_quiet() {
     // ACK that names it; if the answers to the retransmission are lost, none ever comes (README,
     // "rdma_rxe strands a WR it has sent in full"). So when a retransmission has been answered
     // and the requester goes quiet, the responder sends the same ACK again: at most 4 times,
-    // with growing waits (4, 16, 64, 256 ms).
+    // with growing waits (8, 32, 128, 512 ms).
     let mut p = Pair::new(QpType::Rc, 1024);
     post_writes(&mut p, 1, 3000);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
@@ -1929,7 +1929,7 @@ fn a_responder_acknowledges_again_when_a_retransmission_goes_quiet() {
         assert_eq!(acks_from_b(&mut p), vec![last]);
         assert!(waits.len() <= 4, "bounded");
     }
-    assert_eq!(waits, vec![4_000, 16_000, 64_000, 256_000]);
+    assert_eq!(waits, vec![8_000, 32_000, 128_000, 512_000]);
     assert_eq!(p.sb.stat(Stat::ReAcks), 4);
     // A late expiry (the kernel timer raced a stop) sends nothing.
     p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
@@ -1952,7 +1952,7 @@ fn answered_duplicate(n: u64) -> Pair {
 #[test]
 fn a_new_request_ends_the_re_acknowledgements() {
     let mut p = answered_duplicate(2);
-    assert_eq!(p.sb.reack_timer, Some(4_000), "armed by the duplicate");
+    assert_eq!(p.sb.reack_timer, Some(8_000), "armed by the duplicate");
     // The requester goes on with the next WR: the timer stops, and an expiry already under way
     // finds nothing to send.
     p.a.run_requester(&mut p.sa, &mut p.scratch, 1);
@@ -1976,4 +1976,57 @@ fn re_acknowledgements_end_when_the_qp_fails() {
     p.sb.out.clear();
     p.b.reack_timer_expired(&mut p.sb, &mut p.scratch);
     assert!(p.sb.out.is_empty(), "a QP in ERR sends nothing");
+}
+
+#[test]
+fn receive_completions_carry_the_solicited_event_bit() {
+    // `ibv_req_notify_cq(cq, 1)` wakes for a receive of a message sent with IBV_SEND_SOLICITED
+    // (the Solicited Event bit of its last packet) and for an unsuccessful completion, not for
+    // other receives (IBTA 11.4.2.2). Multi-packet SENDs carry SE in their last packet only.
+    for t in [QpType::Rc, QpType::Uc] {
+        let mut p = Pair::new(t, 1024);
+        for i in 0..5 {
+            p.sb.rq
+                .push_back(recv(10 + i, 0x2000_0000 + i * 8192, 4096, 0x200));
+        }
+        let sge = |len| Sge {
+            addr: 0x1000_0000,
+            length: len,
+            lkey: 0x100,
+        };
+        let mut w = signaled(wr_opcode::SEND, 1, 1);
+        w.send_flags |= send_flags::SOLICITED;
+        p.post_send(w, &[sge(3000)], &[]);
+        p.post_send(signaled(wr_opcode::SEND, 2, 1), &[sge(3000)], &[]);
+        let mut w = signaled(wr_opcode::RDMA_WRITE_WITH_IMM, 3, 1);
+        w.send_flags |= send_flags::SOLICITED;
+        w.remote_addr = 0x1020_0000;
+        w.rkey = 0x100;
+        p.post_send(w, &[sge(100)], &[]);
+        p.post_send(signaled(wr_opcode::SEND_WITH_IMM, 4, 1), &[sge(64)], &[]);
+        // Longer than the receive buffer: LOC_LEN_ERR, unsolicited by the sender.
+        p.post_send(signaled(wr_opcode::SEND, 5, 1), &[sge(5000)], &[]);
+        p.run();
+        let got: Vec<_> =
+            p.sb.recv_cq
+                .iter()
+                .map(|c| (c.wr_id, c.status))
+                .zip(p.sb.recv_solicited.iter().copied())
+                .collect();
+        assert_eq!(
+            got[..4],
+            [
+                ((10, wc_status::SUCCESS), true),
+                ((11, wc_status::SUCCESS), false),
+                ((12, wc_status::SUCCESS), true),
+                ((13, wc_status::SUCCESS), false),
+            ],
+            "{t:?}"
+        );
+        assert_eq!(got[4], ((14, wc_status::LOC_LEN_ERR), true), "{t:?}");
+        // Send completions: only the unsuccessful ones are solicited.
+        for (c, s) in p.sa.send_cq.iter().zip(&p.sa.send_solicited) {
+            assert_eq!(*s, c.status != wc_status::SUCCESS, "{t:?} {c:?}");
+        }
+    }
 }

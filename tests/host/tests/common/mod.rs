@@ -46,6 +46,9 @@ pub struct Side {
     pub timer_sets: u32,
     /// The responder's re-acknowledgement timer (microseconds), if armed.
     pub reack_timer: Option<u32>,
+    /// For each completion in `recv_cq` / `send_cq`: whether it was solicited.
+    pub recv_solicited: Vec<bool>,
+    pub send_solicited: Vec<bool>,
     pub stats: Vec<u64>,
     pub atomics_executed: u32,
     /// The RQ ring is broken (a scribbled producer): every take answers Bad.
@@ -165,7 +168,7 @@ impl Env for Side {
         self.out.push((pkt.to_vec(), dest));
         Emit::Sent
     }
-    fn complete(&mut self, cq: CqSel, cqe: &Cqe) -> bool {
+    fn complete(&mut self, cq: CqSel, cqe: &Cqe, solicited: bool) -> bool {
         if cq == CqSel::Send {
             assert!(
                 self.sq_log[..self.sq_released].contains(&cqe.wr_id),
@@ -181,6 +184,11 @@ impl Env for Side {
             return false;
         }
         q.push(*cqe);
+        if cq == CqSel::Recv {
+            self.recv_solicited.push(solicited);
+        } else {
+            self.send_solicited.push(solicited);
+        }
         true
     }
     fn event(&mut self, ev: Event) {

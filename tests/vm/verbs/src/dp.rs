@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::ffi::*;
 use crate::util::{ename, errno, ret_errno};
-use crate::verbs::{Cq, Ctx, Mr, Pd, Qp};
+use crate::verbs::{Channel, Cq, Ctx, Mr, Pd, Qp};
 
 /// splitmix64: small, seedable, identical everywhere.
 pub struct Rng(u64);
@@ -137,8 +137,20 @@ impl Side {
     /// A PD, a CQ of `cqe` entries, an MR of `mr_len` bytes (all access rights) and a QP of
     /// type `t`, asking for `cap` and, should the device refuse, for less inline data.
     pub fn new(dev: &Dev, t: u32, cap: ibv_qp_cap, cqe: i32, mr_len: usize) -> Result<Side, String> {
+        Self::new_on(dev, t, cap, cqe, mr_len, None)
+    }
+
+    /// [`Side::new`] with the CQ's events going to `chan` (which must outlive the side).
+    pub fn new_on(
+        dev: &Dev,
+        t: u32,
+        cap: ibv_qp_cap,
+        cqe: i32,
+        mr_len: usize,
+        chan: Option<&Channel>,
+    ) -> Result<Side, String> {
         let pd = Pd::alloc(&dev.ctx).map_err(|e| format!("ibv_alloc_pd: {}", ename(e)))?;
-        let cq = Cq::create(&dev.ctx, cqe, 0)
+        let cq = Cq::create_on(&dev.ctx, cqe, 0, chan)
             .map_err(|e| format!("ibv_create_cq({cqe}): {}", ename(e)))?;
         let mr = Mr::reg(&pd, mr_len, ACCESS_ALL)
             .map_err(|e| format!("ibv_reg_mr({mr_len}): {}", ename(e)))?;

@@ -132,9 +132,20 @@ pub struct Cq {
 
 impl Cq {
     pub fn create(ctx: &Ctx, cqe: i32, comp_vector: i32) -> Result<Cq, i32> {
-        // SAFETY: valid context; no channel, no user context.
-        let p =
-            unsafe { ibv_create_cq(ctx.ptr, cqe, ptr::null_mut(), ptr::null_mut(), comp_vector) };
+        Self::create_on(ctx, cqe, comp_vector, None)
+    }
+
+    /// A CQ whose events go to `chan` (none: no events).
+    pub fn create_on(
+        ctx: &Ctx,
+        cqe: i32,
+        comp_vector: i32,
+        chan: Option<&Channel>,
+    ) -> Result<Cq, i32> {
+        let ch = chan.map_or(ptr::null_mut(), |c| c.ptr);
+        // SAFETY: valid context; `ch` is null or a live channel of this context, which the
+        // caller keeps alive longer than the CQ; no user context.
+        let p = unsafe { ibv_create_cq(ctx.ptr, cqe, ptr::null_mut(), ch, comp_vector) };
         if p.is_null() {
             Err(errno())
         } else {
@@ -164,6 +175,67 @@ impl Drop for Cq {
 }
 
 /// A queue pair, with what its creation asked for and got.
+/// A completion channel whose file descriptor does not block.
+pub struct Channel {
+    pub ptr: *mut ibv_comp_channel,
+}
+
+impl Channel {
+    pub fn create(ctx: &Ctx) -> Result<Channel, i32> {
+        // SAFETY: valid context.
+        let p = unsafe { ibv_create_comp_channel(ctx.ptr) };
+        if p.is_null() {
+            return Err(errno());
+        }
+        let ch = Channel { ptr: p };
+        // SAFETY: `fd` of a live channel; F_GETFL/F_SETFL take and return plain flags.
+        unsafe {
+            let fd = (*p).fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(errno());
+            }
+        }
+        Ok(ch)
+    }
+
+    /// Waits up to `timeout` for a completion event: `Ok(true)` when one came (it is
+    /// acknowledged), `Ok(false)` when none did.
+    pub fn wait(&self, timeout: std::time::Duration) -> Result<bool, i32> {
+        let mut pfd = libc::pollfd {
+            // SAFETY: a live channel.
+            fd: unsafe { (*self.ptr).fd },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(errno());
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut cq = ptr::null_mut();
+        let mut cq_ctx = ptr::null_mut();
+        // SAFETY: a live channel; the out-pointers are valid.
+        if unsafe { ibv_get_cq_event(self.ptr, &mut cq, &mut cq_ctx) } != 0 {
+            return Err(errno());
+        }
+        // SAFETY: `cq` is the live CQ the event came from.
+        unsafe { ibv_ack_cq_events(cq, 1) };
+        Ok(true)
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: created by us; every CQ on it was destroyed before (declared after it).
+        unsafe { ibv_destroy_comp_channel(self.ptr) };
+    }
+}
+
 pub struct Qp {
     pub ptr: *mut ibv_qp,
     pub qp_type: u32,

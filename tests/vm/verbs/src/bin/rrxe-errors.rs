@@ -15,6 +15,10 @@
 //!                  one QP_FATAL; a send-ring producer index out of range -> 50 raw doorbells
 //!                  return promptly, the QP is in ERR with exactly one QP_FATAL; modify_qp(ERR)
 //!                  returns promptly on both; a new pair works afterwards;
+//!       solicited: ibv_req_notify_cq(cq, 1) on the receiver's CQ: a SEND without
+//!                  IBV_SEND_SOLICITED raises no event, one with it does, so does an
+//!                  RDMA_WRITE_WITH_IMM with it, and so does an unsuccessful receive
+//!                  completion (a SEND longer than the receive buffer; IBTA 11.4.2.2);
 //!       cq:        a CQ overflow moves the QP to ERR with exactly one CQ_ERR event;
 //!                  ibv_resize_cq to fewer entries than completions waiting fails with EINVAL
 //!                  and every waiting completion is still there.
@@ -34,7 +38,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dp::{Dev, Rng, Side};
-use verbs::Qp;
+use verbs::{Channel, Qp};
 use ffi::*;
 use util::{ename, Report};
 
@@ -499,6 +503,85 @@ fn cq(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     Ok(())
 }
 
+/// Arms `cq` for solicited completions only.
+fn arm_solicited(cq: &verbs::Cq) -> Result<(), String> {
+    // SAFETY: a live CQ of ours.
+    let ret = unsafe { vt_req_notify_cq(cq.ptr, 1) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(format!("ibv_req_notify_cq(cq, 1): {}", ename(ret)))
+    }
+}
+
+/// Whether an event comes within `t` (acknowledged if it does).
+fn event_within(ch: &Channel, t: Duration) -> Result<bool, String> {
+    ch.wait(t).map_err(|e| format!("completion channel: {}", ename(e)))
+}
+
+fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
+    let ch = Channel::create(&db.ctx).map_err(|e| format!("ibv_create_comp_channel: {}", ename(e)))?;
+    let a = side(da, 16, 16, 64)?;
+    let b = Side::new_on(db, IBV_QPT_RC, cap(16), 64, MR, Some(&ch))?;
+    dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(70))?;
+    for i in 0..4u64 {
+        recv(&b, 200 + i, 4096 * i as usize, 4096)?;
+    }
+    let quiet = Duration::from_millis(500);
+    let send = |id: u64, op: u32, len: usize, flags: u32| -> Result<(), String> {
+        let mut sge = a.sge(0, len);
+        let mut w = send_wr(id, op, &mut sge);
+        w.send_flags |= flags;
+        w.imm_data_invalidated_rkey_union.imm_data = 0x5117_u32.to_be();
+        w.wr.rdma.remote_addr = b.addr() + (1 << 20);
+        w.wr.rdma.rkey = b.rkey();
+        dp::post_send(&a.qp, &mut w)
+    };
+    arm_solicited(&b.cq)?;
+    send(1, IBV_WR_SEND, 64, 0)?;
+    let got = poll(&b, 1)?;
+    let quiet_ok = match event_within(&ch, quiet)? {
+        false => expect(&got, &[(200, IBV_WC_SUCCESS)]),
+        true => Err("an event for a SEND sent without IBV_SEND_SOLICITED".to_owned()),
+    };
+    r.result("errors.solicited.unsolicited_send_no_event", quiet_ok);
+    // Still armed: the solicited SEND raises the event; then, armed again, a solicited
+    // RDMA_WRITE_WITH_IMM.
+    for (name, id, op, len) in [
+        ("errors.solicited.solicited_send_event", 2, IBV_WR_SEND, 3000),
+        ("errors.solicited.write_with_imm_event", 3, IBV_WR_RDMA_WRITE_WITH_IMM, 64),
+    ] {
+        if id == 3 {
+            arm_solicited(&b.cq)?;
+        }
+        send(id, op, len, IBV_SEND_SOLICITED)?;
+        let ev = event_within(&ch, T)?;
+        let got = poll(&b, 1)?;
+        r.result(
+            name,
+            if ev { expect(&got, &[(198 + id, IBV_WC_SUCCESS)]) } else { Err("no event within 30 s".to_owned()) },
+        );
+    }
+    poll(&a, 3)?;
+    // An unsuccessful completion is always solicited: a SEND longer than the receive buffer.
+    arm_solicited(&b.cq)?;
+    send(4, IBV_WR_SEND, 8000, 0)?;
+    let ev = event_within(&ch, T)?;
+    let got = poll(&b, 1)?;
+    r.result(
+        "errors.solicited.error_event",
+        match (ev, got.first()) {
+            (true, Some(w)) if w.wr_id == 203 && w.status != IBV_WC_SUCCESS => Ok(()),
+            (true, _) => Err(format!("event, but completion {:?}", got.iter().map(dp::wc_str).collect::<Vec<_>>())),
+            (false, _) => Err(format!(
+                "no event within 30 s for the receive completion [{}]",
+                got.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")
+            )),
+        },
+    );
+    Ok(())
+}
+
 /// Keeps WRITEs and SENDs in flight until killed.
 fn traffic(da: &Dev, db: &Dev) -> Result<(), String> {
     let (a, b) = pair(da, db, 64, 30)?;
@@ -653,6 +736,7 @@ fn main() -> ExitCode {
         ("errors.bad_lkey", bad_lkey),
         ("errors.destroy_outstanding", destroy_outstanding),
         ("errors.hostile", hostile),
+        ("errors.solicited", solicited),
         ("errors.cq", cq),
     ] {
         if (name == "errors.hostile" || name == "errors.cq") && !hostile_rings {
