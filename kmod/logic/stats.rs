@@ -21,6 +21,8 @@ pub enum Stat {
     Retransmits,
     /// Retransmit timer expiries with work outstanding.
     Timeouts,
+    /// Expiries passed over because the peer was answering older (duplicate) requests.
+    PeerBusyWaits,
     /// PSN sequence NAKs sent by the responder.
     SeqNaksSent,
     /// PSN sequence NAKs received by the requester.
@@ -85,6 +87,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RcvdBytes,
     Stat::Retransmits,
     Stat::Timeouts,
+    Stat::PeerBusyWaits,
     Stat::SeqNaksSent,
     Stat::SeqNaksRcvd,
     Stat::RnrNaksSent,
@@ -120,6 +123,7 @@ pub const NAMES: [&str; COUNT] = [
     "rcvd_bytes\0",
     "retransmits\0",
     "timeouts\0",
+    "peer_busy_waits\0",
     "seq_naks_sent\0",
     "seq_naks_rcvd\0",
     "rnr_naks_sent\0",

@@ -83,6 +83,8 @@ where
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.retrying = false;
         self.req.backoff = 0;
+        self.req.heard = false;
+        self.req.busy_waits = 0;
         self.end_probe();
         self.update_timer(env, true);
     }
@@ -230,6 +232,7 @@ where
             }
             Verdict::Duplicate => {
                 self.stat(env, Stat::DuplicateResponses, 1);
+                self.req.heard = true;
                 return false;
             }
             Verdict::Accept => {}
@@ -313,10 +316,12 @@ where
         let expected = e.resume_psn();
         if psn.before(expected) {
             self.stat(env, Stat::DuplicateResponses, 1);
+            self.req.heard = true;
             return;
         }
         if psn != expected {
             // A response was lost: re-read from the first missing byte.
+            self.req.heard = true;
             self.retry_from(env, idx);
             return;
         }

@@ -55,7 +55,16 @@ pub(super) struct Requester {
     /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
     /// in full.
     pub(super) guess: Option<Psn>,
+    /// Answers came since the last expiry, none of them progress (duplicate ACKs, READ
+    /// responses we already have or that lie past a gap): the peer is busy with older
+    /// requests of ours, not deaf. See [`Engine::retry_timer_expired`].
+    pub(super) heard: bool,
+    /// Expiries in a row passed over because the peer was heard ([`BUSY_WAITS`] at most).
+    pub(super) busy_waits: u8,
 }
+
+/// Expiries in a row that a busy peer may pass over before the timeout counts.
+pub(super) const BUSY_WAITS: u8 = 8;
 
 /// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
 /// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
@@ -92,6 +101,8 @@ impl Requester {
             probe: None,
             guess: None,
             cwnd: RC_WINDOW,
+            heard: false,
+            busy_waits: 0,
         }
     }
 
@@ -104,6 +115,8 @@ impl Requester {
         self.probe = None;
         self.guess = None;
         self.cwnd = RC_WINDOW;
+        self.heard = false;
+        self.busy_waits = 0;
         self.acked = self.psn;
     }
 }
@@ -463,6 +476,19 @@ where
         self.req.timer_armed = false;
         let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
         if !active || self.cfg.qp_type != QpType::Rc || !self.unacked() || self.req.rnr_wait {
+            return;
+        }
+        // A peer that answers only what it answered before is working through duplicates of
+        // our requests (rdma_rxe replays a duplicate READ in full, and answers each duplicate
+        // SEND or WRITE packet, one request after another): a retransmission now would only
+        // queue another replay behind them, and a slow peer (TCG, KASAN) then falls further
+        // behind at every expiry until the retries run out. The expiry is passed over while
+        // such answers keep coming, [`BUSY_WAITS`] times in a row at most (a peer that only
+        // ever repeats itself still ends in RETRY_EXC_ERR, later).
+        if core::mem::take(&mut self.req.heard) && self.req.busy_waits < BUSY_WAITS {
+            self.req.busy_waits += 1;
+            self.stat(env, Stat::PeerBusyWaits, 1);
+            self.update_timer(env, false);
             return;
         }
         self.stat(env, Stat::Timeouts, 1);

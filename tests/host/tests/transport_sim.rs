@@ -2030,3 +2030,78 @@ fn receive_completions_carry_the_solicited_event_bit() {
         }
     }
 }
+
+/// A with one 16-packet READ from B sent, B's 16 responses (drained) returned.
+fn read_answered(timeout: u8) -> (Pair, Vec<Vec<u8>>) {
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = timeout);
+    let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 16 * 1024);
+    p.post_send(w, &[sge], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let req: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(req.len(), 1);
+    p.deliver(&req[0].0, true);
+    let resp: Vec<_> = p.sb.out.drain(..).map(|(b, _)| b).collect();
+    assert_eq!(resp.len(), 16);
+    (p, resp)
+}
+
+#[test]
+fn a_busy_peer_gets_no_retransmission_while_it_answers() {
+    // rdma_rxe answers a duplicate READ with a full replay, one request after another. A
+    // response lost in the middle of a READ makes us re-read from the gap at once; the rest of
+    // the first answer still arrives (past the gap: dropped). If the re-read is lost too, the
+    // timer fires while those answers flow: resending then would only queue another replay
+    // behind the ones the peer is busy with (a clean-clone `make test` of 2026-11-27 failed
+    // B.corrupt2 so: a 0-byte SEND behind READs from rxe0 ended in RETRY_EXC_ERR after 23
+    // timeouts, with rxe0 sending 6,254 packets of replays). So an expiry with such answers
+    // heard since the last one is passed over; the next one, after silence, retransmits.
+    let (mut p, resp) = read_answered(10);
+    for b in &resp[..4] {
+        p.deliver(b, false);
+    }
+    p.deliver(&resp[5], false);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let reread: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(reread.len(), 1, "the gap re-reads at once (lost here)");
+    for b in &resp[6..] {
+        p.deliver(b, false);
+    }
+    p.a.retry_timer_expired(&mut p.sa);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert!(p.sa.out.is_empty(), "the peer is busy: nothing sent");
+    assert_eq!(p.sa.stat(Stat::PeerBusyWaits), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert!(p.sa.retry_timer.is_some(), "the timer runs on");
+    // Silence since: the next expiry re-reads from the gap.
+    p.a.retry_timer_expired(&mut p.sa);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert_eq!(p.sa.out.len(), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 1);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
+        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
+    );
+}
+
+#[test]
+fn a_peer_that_only_repeats_itself_still_runs_out_of_retries() {
+    // Answers that never make progress pass over 8 expiries in a row at most; then every
+    // expiry counts, and the retries run out as they would in silence.
+    let (mut p, resp) = read_answered(10);
+    p.sa.out.clear();
+    let mut fired = 0;
+    while p.sa.send_cq.is_empty() {
+        assert!(fired < 100, "bounded");
+        p.deliver(&resp[5], false);
+        p.a.retry_timer_expired(&mut p.sa);
+        p.sa.out.clear();
+        fired += 1;
+    }
+    assert_eq!(p.sa.stat(Stat::PeerBusyWaits), 8);
+    assert_eq!(statuses(&p.sa), vec![(1, wc_status::RETRY_EXC_ERR)]);
+    // The first gap spends one of the 7 retries; after the 8 passed over, each round spends
+    // one on its expiry and one on the re-read of the gap it then sees again.
+    assert_eq!(fired, 8 + 4);
+}
