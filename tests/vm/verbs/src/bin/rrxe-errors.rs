@@ -559,7 +559,7 @@ fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         let got = poll(&b, 1)?;
         r.result(
             name,
-            if ev { expect(&got, &[(198 + id, IBV_WC_SUCCESS)]) } else { Err("no event within 30 s".to_owned()) },
+            if ev { expect(&got, &[(199 + id, IBV_WC_SUCCESS)]) } else { Err("no event within 30 s".to_owned()) },
         );
     }
     poll(&a, 3)?;
