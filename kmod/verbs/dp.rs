@@ -1298,56 +1298,47 @@ impl QpInner {
         self.finish(cx.sh);
     }
 
-    /// The RNR timer fired.
-    fn rnr_expired(&self) {
+    /// A timer's run: `f` on the engine under the QP lock with bottom halves disabled, then
+    /// local delivery of what it queued (at most `bulk` bulk packets).
+    fn on_timer(&self, bulk: u32, f: impl FnOnce(&mut Eng, &mut [u8], &mut Ctx<'_, '_>)) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
+            let mut out = Outbox::new(&self.fabric, bulk, None);
             {
                 let mut g = self.st.lock();
                 let d = &mut *g;
-                d.eng.rnr_timer_expired();
                 let mut cx = self.ctx(&mut d.sh, &mut out);
-                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+                f(&mut d.eng, &mut d.scratch, &mut cx);
                 self.finish(cx.sh);
             }
             deliver(&self.fabric, &mut out);
+        });
+    }
+
+    /// The RNR timer fired.
+    fn rnr_expired(&self) {
+        self.on_timer(RESUME_BULK, |eng, scratch, cx| {
+            eng.rnr_timer_expired();
+            self.run_req(eng, scratch, cx, BUDGET);
         });
     }
 
     /// The retransmit timer fired: unless stale (stopped or restarted meanwhile), the engine
     /// goes back N, then a bounded run of the requester.
     fn retry_expired(&self) {
-        with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
-            {
-                let mut g = self.st.lock();
-                let d = &mut *g;
-                match d.sh.retry_at {
-                    Some(at) if timer::reached(timer::now(), at) => d.sh.retry_at = None,
-                    _ => return,
-                }
-                let mut cx = self.ctx(&mut d.sh, &mut out);
-                d.eng.retry_timer_expired(&mut cx);
-                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
-                self.finish(cx.sh);
+        self.on_timer(RESUME_BULK, |eng, scratch, cx| {
+            match cx.sh.retry_at {
+                Some(at) if timer::reached(timer::now(), at) => cx.sh.retry_at = None,
+                _ => return,
             }
-            deliver(&self.fabric, &mut out);
+            eng.retry_timer_expired(cx);
+            self.run_req(eng, scratch, cx, BUDGET);
         });
     }
 
-    /// The re-acknowledgement timer fired (the engine ignores a stale expiry).
+    /// The re-acknowledgement timer fired (the engine ignores a stale expiry). An ACK is not
+    /// bulk.
     fn reack_expired(&self) {
-        with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, 0, None);
-            {
-                let mut g = self.st.lock();
-                let d = &mut *g;
-                let mut cx = self.ctx(&mut d.sh, &mut out);
-                d.eng.reack_timer_expired(&mut cx, &mut d.scratch);
-                self.finish(cx.sh);
-            }
-            deliver(&self.fabric, &mut out);
-        });
+        self.on_timer(0, |eng, scratch, cx| eng.reack_timer_expired(cx, scratch));
     }
 
     /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent

@@ -752,8 +752,10 @@ where
                 &cqe(r.wr_id, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, qpn),
             );
         }
-        self.resp.on_flush();
-        env.set_reack_timer(None);
+        // Flushes repeat while work arrives in ERR: the timer is stopped once.
+        if self.resp.on_flush() {
+            env.set_reack_timer(None);
+        }
         if self.cfg.has_srq {
             if !self.last_wqe_sent {
                 // Once per entry to ERR: no WQE will be taken from the SRQ any more.

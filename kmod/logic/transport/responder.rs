@@ -162,15 +162,16 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.reack_left = 0;
     }
 
-    /// Entering ERR: nothing more is sent.
-    pub(super) fn on_flush(&mut self) {
+    /// Entering ERR: nothing more is sent. Returns whether re-acknowledgements were pending
+    /// (their timer is to be stopped).
+    pub(super) fn on_flush(&mut self) -> bool {
         for r in self.res.iter_mut() {
             r.next = r.count;
         }
         self.in_msg = InMsg::None;
         self.ack_pending = None;
         self.nak_pending = None;
-        self.reack_left = 0;
+        core::mem::take(&mut self.reack_left) > 0
     }
 
     /// Ring index of the `k`-th oldest resource (`k < res.len()`, `res_head < res.len()`;
