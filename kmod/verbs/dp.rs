@@ -72,6 +72,8 @@ const RESUME_BULK: u32 = tp::READ_BURST;
 const RESUME_ROUNDS: u32 = 8;
 /// Loopback packets one delivery holds at most.
 const OUT_CAP: usize = 32;
+/// QPs whose responder turn one delivery holds at most ([`RespTurn::Held`]).
+const HELD_MAX: usize = 8;
 /// Queue length from which [`Env::emit`] pushes back (the rest is room for ACKs: every packet
 /// delivered yields at most one, and bulk stops here).
 const OUT_HIGH: usize = 24;
@@ -651,6 +653,25 @@ fn take_from_ring(
     }
 }
 
+/// Whose turn it is to send the responder's output (READ and atomic responses, ACKs and NAKs).
+///
+/// Responses must reach the requester in PSN order. On the wire they do: each context sends
+/// them under the QP lock. A loopback delivery, though, only queues them, and processes its
+/// queue after the lock is gone; if another context (the continuation, or a delivery on the
+/// other CPU that brings a new request) sent the next responses meanwhile, they would overtake
+/// the queued ones, and the requester would take the gap for a lost response and read again.
+/// So a delivery that queued responder output keeps the turn until it has delivered it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RespTurn {
+    /// Nothing of the responder's is waiting for delivery: any context may send.
+    Free,
+    /// A loopback delivery holds responder packets; it gives the turn back once it has
+    /// delivered them ([`QpInner::resp_delivered`]).
+    Held,
+    /// The continuation has the turn (it is scheduled).
+    Cont,
+}
+
 /// The shell's own state of a QP (guarded by the QP lock, next to the engine).
 pub(crate) struct Shell {
     /// The connected path (RC/UC).
@@ -666,6 +687,8 @@ pub(crate) struct Shell {
     retry_at: Option<u64>,
     /// Work was left that the continuation must resume.
     resume: bool,
+    /// Who may send the responder's output next.
+    resp: RespTurn,
     /// The wire refused a packet during the current call.
     congested: bool,
     /// The QP has [`inflight::HIGH`] skbs in the network stack: its gauge wakes it (no timer).
@@ -779,6 +802,7 @@ impl QpInner {
             rq_broken: false,
             retry_at: None,
             resume: false,
+            resp: RespTurn::Free,
             congested: false,
             capped: false,
             closed: false,
@@ -918,26 +942,60 @@ impl QpInner {
         sent
     }
 
-    /// Sends owed READ/atomic responses within the delivery's budget (at most a burst: on the
-    /// wire a 1 MiB READ must not overflow the receiver's backlog); the continuation sends the
-    /// rest, a burst per tick.
-    fn run_resp(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>) {
-        if !eng.responder_pending() {
+    /// The responder's output, when it is this context's turn ([`RespTurn`]): owed READ and
+    /// atomic responses within the delivery's budget (at most a burst: on the wire a 1 MiB
+    /// READ must not overflow the receiver's backlog), then the coalesced ACK. Output queued
+    /// for local delivery keeps the turn with this delivery; what is left goes to the
+    /// continuation.
+    fn respond(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>) {
+        if cx.sh.resp != RespTurn::Free {
             return;
         }
-        let b = tp::READ_BURST.min(cx.out.room()).min(self.wire_room(cx.sh));
-        if b > 0 {
-            let sent = eng.run_responder(cx, scratch, b);
-            cx.out.spend(sent);
+        if !cx.out.can_hold(self.qpn) {
+            // This delivery keeps track of no more QPs: the continuation answers.
+            cx.sh.resp = RespTurn::Cont;
+            cx.sh.resume = true;
+            return;
         }
+        let queued = cx.out.len;
         if eng.responder_pending() {
+            let b = tp::READ_BURST.min(cx.out.room()).min(self.wire_room(cx.sh));
+            if b > 0 {
+                let sent = eng.run_responder(cx, scratch, b);
+                cx.out.spend(sent);
+            }
+        }
+        eng.flush_ack(cx, scratch);
+        if cx.out.len > queued {
+            cx.out.hold(self.qpn);
+            cx.sh.resp = RespTurn::Held;
+        } else if eng.responder_pending() {
+            cx.sh.resp = RespTurn::Cont;
             cx.sh.resume = true;
         }
     }
 
-    /// The continuation (work item or pacing timer): bounded rounds of responder and
-    /// requester, each followed by local delivery; scheduled again while work is left. A round
-    /// that could send nothing at all waits for the next tick rather than spin.
+    /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is
+    /// free again, and this delivery goes on answering within its budget.
+    fn resp_delivered(&self, out: &mut Outbox<'_>) {
+        let mut g = self.st.lock();
+        let d = &mut *g;
+        if d.sh.resp != RespTurn::Held {
+            return;
+        }
+        d.sh.resp = RespTurn::Free;
+        if d.sh.closed {
+            return;
+        }
+        let mut cx = self.ctx(&mut d.sh, out);
+        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
+        self.finish(cx.sh);
+    }
+
+    /// The continuation (the work item; the pacing timer queues it): bounded rounds of
+    /// responder and requester, each followed by local delivery; scheduled again while work is
+    /// left. A round that could send nothing at all waits for the next tick rather than spin.
+    /// The work item never runs twice at once, so a round owns [`RespTurn::Cont`].
     fn resume(&self) {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
@@ -947,8 +1005,10 @@ impl QpInner {
                     let d = &mut *g;
                     let bulk_before = out.bulk;
                     let mut cx = self.ctx(&mut d.sh, &mut out);
-                    self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
-                    d.eng.flush_ack(&mut cx, &mut d.scratch);
+                    if cx.sh.resp == RespTurn::Cont {
+                        cx.sh.resp = RespTurn::Free;
+                    }
+                    self.respond(&mut d.eng, &mut d.scratch, &mut cx);
                     self.pull_sq(&mut d.eng, &mut cx);
                     d.eng.flush_if_err(&mut cx);
                     self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
@@ -1284,8 +1344,7 @@ impl QpInner {
         }
         let mut cx = self.ctx(&mut d.sh, out);
         let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
-        self.run_resp(&mut d.eng, &mut d.scratch, &mut cx);
-        d.eng.flush_ack(&mut cx, &mut d.scratch);
+        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
         if go {
             if cx.out.drives(self) {
                 // Our own doorbell delivers this: its next pass sends.
@@ -1380,7 +1439,8 @@ impl timer::TimerOwner for QpInner {
             TIMER_RNR => self.rnr_expired(),
             TIMER_RETRY => self.retry_expired(),
             TIMER_REACK => self.reack_expired(),
-            _ => self.resume(),
+            // The pacing timer: the work item resumes (only it runs the continuation).
+            _ => self.resume_soon(),
         }
     }
 }
@@ -1399,6 +1459,10 @@ pub(crate) struct Outbox<'f> {
     driver: usize,
     /// An ACK delivered to the driver opened its window.
     driver_go: bool,
+    /// QPs whose responder output this delivery queued ([`RespTurn::Held`]): they get the
+    /// turn back once the queue is delivered.
+    held: [u32; HELD_MAX],
+    nheld: usize,
 }
 
 impl<'f> Outbox<'f> {
@@ -1411,6 +1475,8 @@ impl<'f> Outbox<'f> {
             bulk,
             driver: driver.map_or(0, |q| q as *const QpInner as usize),
             driver_go: false,
+            held: [0; HELD_MAX],
+            nheld: 0,
         }
     }
 
@@ -1425,6 +1491,24 @@ impl<'f> Outbox<'f> {
         } else {
             self.bulk
         }
+    }
+
+    /// Whether this delivery can hold the turn of QP `qpn` (it does, or has room for one more).
+    fn can_hold(&self, qpn: u32) -> bool {
+        self.nheld < HELD_MAX || self.held[..self.nheld].contains(&qpn)
+    }
+
+    /// Notes that this delivery holds QP `qpn`'s turn (after [`Outbox::can_hold`]).
+    fn hold(&mut self, qpn: u32) {
+        if !self.held[..self.nheld].contains(&qpn) && self.nheld < HELD_MAX {
+            self.held[self.nheld] = qpn;
+            self.nheld += 1;
+        }
+    }
+
+    fn unhold(&mut self) -> Option<u32> {
+        self.nheld = self.nheld.checked_sub(1)?;
+        Some(self.held[self.nheld])
     }
 
     fn spend(&mut self, n: u32) {
@@ -1475,15 +1559,30 @@ impl Drop for Outbox<'_> {
         while let Some(b) = self.pop() {
             self.release(b);
         }
+        // Nothing is held here: every user delivers ([`deliver`] gives each turn back) before
+        // it drops the queue.
     }
 }
 
 /// Delivers queued loopback packets (and those their processing queues) to `fabric`'s QPs.
 fn deliver(fabric: &Fabric, out: &mut Outbox<'_>) {
     let mut n = 0u32;
+    loop {
+        deliver_queue(fabric, out, &mut n);
+        // Delivered: the responders whose output this was get their turn back (and may queue
+        // more, within the budget).
+        let Some(qpn) = out.unhold() else { break };
+        if let Some(qp) = fabric.qps.get(qpn) {
+            qp.resp_delivered(out);
+        }
+    }
+}
+
+/// Processes the queue until it is empty (`n`: packets this delivery processed so far).
+fn deliver_queue(fabric: &Fabric, out: &mut Outbox<'_>, n: &mut u32) {
     while let Some(buf) = out.pop() {
-        n += 1;
-        if n > DELIVER_MAX {
+        *n += 1;
+        if *n > DELIVER_MAX {
             fabric.stats.add(Stat::TxDrops, 1);
         } else {
             let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]])).min(BUF_LEN - META);
