@@ -668,7 +668,8 @@ enum RespTurn {
     /// A loopback delivery holds responder packets; it gives the turn back once it has
     /// delivered them ([`QpInner::resp_delivered`]).
     Held,
-    /// The continuation has the turn (it is scheduled).
+    /// The continuation has the turn (it is scheduled). On a loopback path only: on the wire,
+    /// any context may still send meanwhile (each sends under the QP lock).
     Cont,
 }
 
@@ -948,8 +949,13 @@ impl QpInner {
     /// for local delivery keeps the turn with this delivery; what is left goes to the
     /// continuation.
     fn respond(&self, eng: &mut Eng, scratch: &mut [u8], cx: &mut Ctx<'_, '_>) {
-        if cx.sh.resp != RespTurn::Free {
-            return;
+        let loopback = cx.sh.path.is_some_and(|p| p.loopback);
+        match cx.sh.resp {
+            RespTurn::Free => {}
+            // On the wire every context sends under the QP lock, in order: a packet that
+            // brings a request is answered at once, as before the continuation runs.
+            RespTurn::Cont if !loopback => {}
+            _ => return,
         }
         if !cx.out.can_hold(self.qpn) {
             // This delivery keeps track of no more QPs: the continuation answers.
