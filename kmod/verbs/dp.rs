@@ -957,7 +957,7 @@ impl QpInner {
             RespTurn::Cont if !loopback => {}
             _ => return,
         }
-        if !cx.out.can_hold(self.qpn) {
+        if loopback && !cx.out.can_hold(self.qpn) {
             // This delivery keeps track of no more QPs: the continuation answers.
             cx.sh.resp = RespTurn::Cont;
             cx.sh.resume = true;

@@ -73,3 +73,11 @@ nvme_rw() {
 # namespace block device (nvme0n1).
 nvme_ctrl() { local c; for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { echo "${c##*/}"; return 0; }; done; return 1; }
 nvme_blk() { local c; c=$(nvme_ctrl "$1") || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }
+
+# rrxe hw counters (rdma statistic show link DEV/1): "name value" lines
+counters() {  # counters DEV
+  rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' |
+    awk -v d="$1/1" 'on && name == "" { name = $1; next }
+                     on { if ($1 ~ /^[0-9]+$/) print name, $1; name = ""; next }
+                     $1 == d { on = 1 }'
+}

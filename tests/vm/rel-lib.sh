@@ -136,13 +136,7 @@ netem_stats() {
          END { printf "netem sent %d pkts, dropped %d\n", p, d }'
 }
 
-# --- rrxe hw counters (rdma statistic show link DEV/1): "name value" lines
-counters() {  # counters DEV
-  rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' |
-    awk -v d="$1/1" 'on && name == "" { name = $1; next }
-                     on { if ($1 ~ /^[0-9]+$/) print name, $1; name = ""; next }
-                     $1 == d { on = 1 }'
-}
+# --- rrxe hw counters: `counters DEV` (tests/vm/lib.sh)
 # ctr FILE NAME...: the first of the NAMEs present in a `counters` dump (empty: none is)
 ctr() {
   local f=$1; shift; local n
