@@ -4,7 +4,7 @@
 # nvmet-rdma open their rdma_cm IDs in init_net only and rdma_rxe 6.12 and an rrxe device cannot
 # share init_net's UDP port 4791. Each guest exports a memory-backed null_blk namespace on its
 # device's address and, as host, connects to the other's (retrying until it listens), writes
-# RRXE_NVME_INTEROP_MIB (32) MiB of random data with O_DIRECT, reads them back and compares,
+# RRXE_NVME_INTEROP_MIB (16) MiB of random data with O_DIRECT, reads them back and compares,
 # and disconnects: first rdma_rxe's host to rrxe's target, then rrxe's host to rdma_rxe's target
 # (the guests take turns, telling each other over TCP 9999 on the link). Then each tears its
 # target down and unloads its driver.
@@ -12,7 +12,7 @@
 #   nvmeof-interop.sh ROLE ADDR PEER_ADDR      ROLE: rxe or rrxe
 . "$(dirname "$0")/lib.sh"
 role=$1 me=$2 peer=$3
-MIB=${RRXE_NVME_INTEROP_MIB:-32}
+MIB=${RRXE_NVME_INTEROP_MIB:-16}
 T=${RRXE_NVME_TIMEOUT:-300}
 case "$role" in rxe) other=rrxe ;; *) other=rxe ;; esac
 NQN=interop-$role

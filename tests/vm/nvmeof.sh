@@ -1,7 +1,7 @@
 #!/bin/bash
 # NVMe over Fabrics (RDMA) on rrxe, the blktests way: nvmet + nvmet-rdma export a memory-backed
 # null_blk namespace on rrxe0's address, the kernel's nvme-rdma host connects to it with
-# nvme-cli (`nvme connect -t rdma`), RRXE_NVME_MIB (256) MiB of random data are written with
+# nvme-cli (`nvme connect -t rdma`), RRXE_NVME_MIB (64) MiB of random data are written with
 # O_DIRECT, read back and compared, the host disconnects (`nvme disconnect`), the target is torn
 # down, and rrxe unloads. Uses fast registration (REG_MR), local and remote invalidation (SEND
 # with invalidate), kernel QPs, CQs and the GSI QP (rdma_cm).
@@ -10,13 +10,13 @@
 # and target share rrxe0 (loopback); the second puts a second device, rrxe1, on veth1 in
 # init_net too (accept_local, as two rdma_rxe devices are run in one namespace), the host
 # connects from rrxe1's address (host_traddr) to the target on rrxe0's, so every packet crosses
-# the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (32) MiB go through
+# the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (8) MiB go through
 # and come back identical, and rrxe's retransmit counters move. No rdma_rxe variant: rdma_rxe
 # 6.12 and an rrxe device cannot share init_net's UDP port (README).
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/nvmeof.sh
 . "$(dirname "$0")/lib.sh"
-MIB=${RRXE_NVME_MIB:-256}
+MIB=${RRXE_NVME_MIB:-64}
 T=${RRXE_NVME_TIMEOUT:-300}
 N=/sys/kernel/config/nvmet
 NQN=rrxe-test
@@ -68,7 +68,7 @@ check nvmeof.two_dev.rrxe1_added bash -c "[ -e /sys/class/infiniband/rrxe1 ] || 
 check nvmeof.two_dev.rrxe1_active wait_for 20 bash -c "ibv_devinfo -d rrxe1 | grep -q PORT_ACTIVE"
 check nvmeof.two_dev.netem bash -c "tc qdisc replace dev veth0 root netem loss 1% && tc qdisc replace dev veth1 root netem loss 1%"
 r0=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
-run_io nvmeof.two_dev.loss1 "${RRXE_NVME_LOSSY_MIB:-32}" 10.99.0.2
+run_io nvmeof.two_dev.loss1 "${RRXE_NVME_LOSSY_MIB:-8}" 10.99.0.2
 r1=$(( $(retrans rrxe0) + $(retrans rrxe1) ))
 log "two devices, netem loss 1%: $(tc -s qdisc show dev veth0 | grep -o 'dropped [0-9]*') on veth0, $(tc -s qdisc show dev veth1 | grep -o 'dropped [0-9]*') on veth1; rrxe retransmits +$((r1 - r0))"
 if [ $((r1 - r0)) -gt 0 ]; then pass nvmeof.two_dev.loss1.retransmits; else fail nvmeof.two_dev.loss1.retransmits "retransmits +$((r1 - r0))"; fi

@@ -389,15 +389,25 @@ pub fn poll_once(cq: &Cq, wc: &mut [ibv_wc]) -> Result<usize, String> {
 }
 
 /// Polls until `n` completions arrived or `timeout` passed (then: what arrived, and an error).
+///
+/// It spins while completions keep coming, and naps ([`IDLE_NAP`]) once none came for
+/// [`IDLE_AFTER`]: a wait for a retransmit timer or a slow peer then leaves the CPU to the
+/// kernel's work (the guest runs under TCG beside another, and a spinning vCPU costs a host
+/// core).
 pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<ibv_wc>, (Vec<ibv_wc>, String)> {
     let mut got: Vec<ibv_wc> = Vec::with_capacity(n);
     let mut buf = zeroed::<[ibv_wc; 16]>();
     let end = Instant::now() + timeout;
+    let mut last = Instant::now();
     let mut spins = 0u32;
     while got.len() < n {
         let want = (n - got.len()).min(buf.len());
         match poll_once(cq, &mut buf[..want]) {
-            Ok(k) => got.extend(buf[..k].iter().map(Zeroed::bitcopy)),
+            Ok(0) => {}
+            Ok(k) => {
+                got.extend(buf[..k].iter().map(Zeroed::bitcopy));
+                last = Instant::now();
+            }
             Err(e) => return Err((got, e)),
         }
         if got.len() >= n {
@@ -405,15 +415,25 @@ pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<ibv_wc>, (Vec<
         }
         spins += 1;
         if spins.is_multiple_of(64) {
-            if Instant::now() > end {
+            let now = Instant::now();
+            if now > end {
                 let msg = format!("{} of {n} completions after {timeout:?}", got.len());
                 return Err((got, msg));
             }
-            std::thread::yield_now();
+            if now.duration_since(last) > IDLE_AFTER {
+                std::thread::sleep(IDLE_NAP);
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
     Ok(got)
 }
+
+/// How long [`poll_n`] spins without a completion before it naps between polls.
+pub const IDLE_AFTER: Duration = Duration::from_millis(2);
+/// The nap of an idle [`poll_n`].
+pub const IDLE_NAP: Duration = Duration::from_micros(500);
 
 /// Whatever else is in the CQ right now (after a short grace period).
 pub fn drain(cq: &Cq, grace: Duration) -> Vec<ibv_wc> {
