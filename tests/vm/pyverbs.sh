@@ -10,7 +10,7 @@
 #
 # Knobs: RRXE_PYVERBS_MODULES (space-separated test files without .py; default below),
 # RRXE_PYVERBS_DEVS ("rrxe0 rxe0"; the first is checked, the second is the reference),
-# RRXE_PYVERBS_DEV_TIMEOUT (whole suite per device, seconds, 240: a file left unrun counts as
+# RRXE_PYVERBS_DEV_TIMEOUT (whole suite per device, seconds, 600: a file left unrun counts as
 # a failure), RRXE_PYVERBS_PER_TEST (per-test watchdog, seconds, 60), RRXE_PYVERBS_NETDEV_SHIM (1: a
 # software device's IP address is found through its GID's netdev, so that the rdmacm tests
 # run instead of skipping for want of /sys/class/infiniband/DEV/device/net; 0: stock suite).
@@ -52,7 +52,7 @@ shim=; [ "${RRXE_PYVERBS_NETDEV_SHIM:-1}" = 1 ] && shim=--netdev-shim
 for d in "${devs[@]}"; do
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  timeout -k 5 "${RRXE_PYVERBS_DEV_TIMEOUT:-240}" "$py" "$here/pyverbs-run.py" run \
+  timeout -k 5 "${RRXE_PYVERBS_DEV_TIMEOUT:-600}" "$py" "$here/pyverbs-run.py" run \
     --tests "$work/tests" --dev "$d" --out "$work/$d.tsv" \
     --per-test "${RRXE_PYVERBS_PER_TEST:-60}" $shim $modules 2>&1 | grep -v '^  pass ' \
     | sed "s/^/[$d] /"
