@@ -23,6 +23,9 @@ pub enum Stat {
     Timeouts,
     /// Expiries passed over because the peer was answering older (duplicate) requests.
     PeerBusyWaits,
+    /// Packets sent again only to ask for the ACK of an unsignaled tail that never asked for
+    /// one (see `Engine::retry_timer_expired`); not retransmits.
+    AckPolls,
     /// PSN sequence NAKs sent by the responder.
     SeqNaksSent,
     /// PSN sequence NAKs received by the requester.
@@ -88,6 +91,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::Retransmits,
     Stat::Timeouts,
     Stat::PeerBusyWaits,
+    Stat::AckPolls,
     Stat::SeqNaksSent,
     Stat::SeqNaksRcvd,
     Stat::RnrNaksSent,
@@ -124,6 +128,7 @@ pub const NAMES: [&str; COUNT] = [
     "retransmits\0",
     "timeouts\0",
     "peer_busy_waits\0",
+    "ack_polls\0",
     "seq_naks_sent\0",
     "seq_naks_rcvd\0",
     "rnr_naks_sent\0",

@@ -62,6 +62,10 @@ pub const RC_WINDOW: u32 = 512;
 pub const READ_BURST: u32 = 128;
 /// The requester asks for an ACK at least every this many packets.
 pub const ACK_REQ_EVERY: u32 = 16;
+/// How long an unsignaled tail that never asked for an ACK waits before the requester asks
+/// (an ACK poll; at most the retransmit timeout). Two jiffies at HZ 250: a stream that keeps
+/// asking every [`ACK_REQ_EVERY`] packets never waits this long between asks.
+pub const ACK_POLL_US: u64 = 8_000;
 /// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
 pub const MAX_PKT: usize = 4096 + 64;
 
@@ -562,6 +566,7 @@ where
             self.req.psn = Psn::from_masked(p);
             self.req.acked = self.req.psn;
             self.req.high = self.req.psn;
+            self.req.asked = self.req.psn;
         }
         if let Some(p) = rq_psn {
             self.resp.epsn = Psn::from_masked(p);

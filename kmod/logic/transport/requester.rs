@@ -4,7 +4,7 @@
 
 use super::{
     opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat,
-    WrKind, ACK_REQ_EVERY, RC_WINDOW,
+    WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -37,6 +37,13 @@ pub(super) struct Requester {
     pub(super) retrying: bool,
     /// The retransmit timer was armed and not stopped since.
     pub(super) timer_armed: bool,
+    /// It was armed for an ACK poll ([`ACK_POLL_US`]), not for a retransmission.
+    pub(super) timer_poll: bool,
+    /// One past the newest PSN sent asking for an ACK (AckReq). When `acked` has reached it,
+    /// whatever is unacknowledged never asked: an unsignaled tail (see `send_packet`).
+    pub(super) asked: Psn,
+    /// The next packet is an ACK poll: the newest packet sent again, asking for an ACK.
+    pub(super) poll: bool,
     /// Timeouts in a row without progress, as the timer's backoff (0..=2: the timer waits 1, 2,
     /// then 4 times the `timeout` value, inside IBTA's "between 1 and 4 times" (C9-140)). A
     /// slow peer replaying a window of READs gets the time to reach the one we wait for.
@@ -97,6 +104,9 @@ impl Requester {
             retry_left: cfg.retry_cnt,
             retrying: false,
             timer_armed: false,
+            timer_poll: false,
+            asked: Psn::ZERO,
+            poll: false,
             backoff: 0,
             probe: None,
             guess: None,
@@ -112,12 +122,15 @@ impl Requester {
         self.rnr_wait = false;
         self.retrying = false;
         self.timer_armed = false;
+        self.timer_poll = false;
+        self.poll = false;
         self.probe = None;
         self.guess = None;
         self.cwnd = RC_WINDOW;
         self.heard = false;
         self.busy_waits = 0;
         self.acked = self.psn;
+        self.asked = self.psn;
     }
 }
 
@@ -187,7 +200,7 @@ where
         matches!(self.state, QpState::Rts | QpState::Sqd)
             && !self.req.rnr_wait
             && self.sq.next != self.sq.head
-            && !(self.state == QpState::Sqd && self.req.cur_pkt == 0)
+            && (self.state != QpState::Sqd || self.req.cur_pkt > 0 || self.req.poll)
     }
 
     fn gate(&self, e: &SqEntry) -> Gate {
@@ -270,7 +283,9 @@ where
             };
             sent += 1;
             self.counters.add(Stat::SentPkts, 1);
-            if psn.before(self.req.high) {
+            // An ACK poll is counted as such (`retry_timer_expired`), not as a retransmit.
+            let polled = core::mem::take(&mut self.req.poll);
+            if psn.before(self.req.high) && !polled {
                 self.stat(env, Stat::Retransmits, 1);
             }
             self.advance(env, idx, &e);
@@ -352,11 +367,33 @@ where
             cfg.dest_qpn
         };
         let end = pos.is_end();
-        // A packet that fills the window asks for an ACK too: a peer that acknowledges only
-        // when asked (rdma_rxe) would otherwise leave a small window closed until the timer.
+        // When an RC packet asks for an ACK (AckReq; a peer acknowledges only what is asked
+        // for, as rdma_rxe and rrxe do, or coalesces, and an ACK covers every PSN before it):
+        // - the end of a WR whose completion someone waits for: a signaled one, any WR while
+        //   the SQ drains (SQD), and every WR without a retransmit timer (`timeout` 0), which
+        //   could not ask later;
+        // - READs and atomics (their responses are the answer);
+        // - every ACK_REQ_EVERY-th PSN, so that an unsignaled stream frees its SQ slots and
+        //   opens its window as it goes;
+        // - the packet that fills the window (otherwise a small window would stay closed until
+        //   the timer);
+        // - an ACK poll.
+        // An unsignaled WR's end does not: nobody can tell when it completes (its SQ slot is
+        // free once a later signaled WR has completed), and a stream of small
+        // unsignaled messages (perftest's 99 of 100) then costs one ACK per 16 packets instead
+        // of one per message, on both ends. A tail of such WRs that nothing asks for later is
+        // asked for by an ACK poll, ACK_POLL_US after it went out (`retry_timer_expired`).
         let fills = psn.next().distance_from(self.req.acked) >= self.req.cwnd;
+        let wanted = e.signaled || cfg.timeout == 0 || self.state == QpState::Sqd;
         let ack_req = cfg.qp_type == QpType::Rc
-            && (end || fills || psn.get() % ACK_REQ_EVERY == 0 || e.kind.is_rd_atomic());
+            && ((end && wanted)
+                || e.kind.is_rd_atomic()
+                || psn.get() % ACK_REQ_EVERY == 0
+                || fills
+                || self.req.poll);
+        if ack_req && psn.next().after(self.req.asked) {
+            self.req.asked = psn.next();
+        }
         let mut h = Headers::new(Bth {
             opcode: opc,
             se: end && w.send_flags & super::send_flags::SOLICITED != 0,
@@ -444,9 +481,18 @@ where
             && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
         match (outstanding, self.cfg.retry_timeout_usecs()) {
             (true, Some(us)) => {
-                if progress || !self.req.timer_armed {
-                    env.set_retry_timer(Some(us << self.req.backoff.min(2)));
+                // Nothing unacknowledged asked for an ACK: the timer polls for it soon, rather
+                // than waiting a retransmit timeout for a loss that did not happen.
+                let poll = self.unasked_tail();
+                if progress || !self.req.timer_armed || poll != self.req.timer_poll {
+                    let us = if poll {
+                        us.min(ACK_POLL_US)
+                    } else {
+                        us << self.req.backoff.min(2)
+                    };
+                    env.set_retry_timer(Some(us));
                     self.req.timer_armed = true;
+                    self.req.timer_poll = poll;
                 }
             }
             _ => {
@@ -469,6 +515,15 @@ where
         self.req.acked.before(self.req.high)
     }
 
+    /// Everything unacknowledged was sent, once, and none of it asked for an ACK: an unsignaled
+    /// tail, not a loss (a probe or a go-back in progress asks, or is not done sending).
+    fn unasked_tail(&self) -> bool {
+        self.unacked()
+            && !self.req.asked.after(self.req.acked)
+            && self.req.psn == self.req.high
+            && self.req.probe.is_none()
+    }
+
     /// The retransmit timer fired: go back N from the oldest unacknowledged PSN, or fail the
     /// oldest WR with RETRY_EXC_ERR when the retries are spent. The caller then runs the
     /// requester.
@@ -476,6 +531,19 @@ where
         self.req.timer_armed = false;
         let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
         if !active || self.cfg.qp_type != QpType::Rc || !self.unacked() || self.req.rnr_wait {
+            return;
+        }
+        // An ACK poll: the unacknowledged WRs are an unsignaled tail that never asked for an
+        // ACK (see `send_packet`), so silence is no sign of loss. Its newest packet goes out
+        // again, asking; the peer answers the duplicate with an ACK of everything it has
+        // (C9-105). No retry is spent and the window stays open. Should the poll itself go
+        // unanswered, it did ask, and the next expiry is a timeout.
+        if self.unasked_tail() {
+            self.stat(env, Stat::AckPolls, 1);
+            self.rewind(self.req.high.wrapping_sub(1));
+            self.req.poll = true;
+            self.update_timer(env, false);
+            self.settle(env);
             return;
         }
         // A peer that answers only what it answered before is working through duplicates of

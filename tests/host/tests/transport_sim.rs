@@ -2105,3 +2105,178 @@ fn a_peer_that_only_repeats_itself_still_runs_out_of_retries() {
     // one on its expiry and one on the re-read of the gap it then sees again.
     assert_eq!(fired, 8 + 4);
 }
+
+// ---- ACK requests (performance issue): an unsignaled stream asks every ACK_REQ_EVERY PSNs ----
+
+fn small_send(wr_id: u64, signaled: bool) -> (SendWqe, Sge) {
+    let w = SendWqe {
+        wr_id,
+        opcode: wr_opcode::SEND,
+        send_flags: if signaled { send_flags::SIGNALED } else { 0 },
+        num_sge: 1,
+        ..SendWqe::default()
+    };
+    let sge = Sge {
+        addr: 0x1000_0000 + wr_id * 64,
+        length: 64,
+        lkey: 0x100,
+    };
+    (w, sge)
+}
+
+/// Counts the ACKs B sends (nothing dropped).
+fn count_acks(p: &mut Pair) -> std::rc::Rc<std::cell::Cell<u32>> {
+    let n = std::rc::Rc::new(std::cell::Cell::new(0));
+    let m = n.clone();
+    p.drop_if = Some(Box::new(move |pkt, from_a| {
+        if !from_a && is_op(pkt, Operation::Acknowledge) {
+            m.set(m.get() + 1);
+        }
+        false
+    }));
+    n
+}
+
+/// 47 unsignaled one-packet SENDs and a signaled one: the requester asks for an ACK at every
+/// 16th PSN and at the signaled end, so B answers 48 messages with 4 ACKs (it sent one per
+/// message when every message end asked), and nothing is sent twice.
+#[test]
+fn an_unsignaled_stream_asks_for_an_ack_every_16_packets() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    for i in 0..48 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+    }
+    let acks = count_acks(&mut p);
+    for i in 0..48 {
+        let (w, sge) = small_send(i, i == 47);
+        p.post_send(w, &[sge], &[]);
+    }
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(47, 0)]);
+    assert_eq!(p.sb.recv_cq.len(), 48);
+    assert_eq!(p.sa.sq_released, 48);
+    assert_eq!(acks.get(), 4, "ACKs for 48 messages");
+    for s in [Stat::Retransmits, Stat::Timeouts, Stat::AckPolls] {
+        assert_eq!(p.sa.stat(s), 0, "{s:?}");
+    }
+}
+
+/// A tail of unsignaled SENDs that never asked for an ACK is not a loss: the timer, armed for
+/// ACK_POLL_US instead of the retransmit timeout, sends the newest packet again asking for an
+/// ACK. No retry is spent (with retry_cnt 0 a timeout would fail the QP), nothing counts as a
+/// retransmit, the SQ slots are released, and B takes the poll as the duplicate it is.
+#[test]
+fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = 0);
+    for i in 0..3 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+    }
+    let acks = count_acks(&mut p);
+    for i in 0..3 {
+        let (w, sge) = small_send(i, false);
+        p.post_send(w, &[sge], &[]);
+    }
+    // PSN 0xfffff0 (a multiple of 16) asks; 0xfffff1 and 0xfffff2 do not.
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    assert_eq!(
+        p.sa.retry_timer,
+        Some(67_108),
+        "an asked PSN is outstanding"
+    );
+    for from_a in [true, false] {
+        let side = if from_a { &mut p.sa } else { &mut p.sb };
+        let pkts: Vec<_> = side.out.drain(..).map(|(b, _)| b).collect();
+        for b in pkts {
+            p.carry(b, from_a);
+        }
+    }
+    assert_eq!(acks.get(), 1);
+    assert_eq!(
+        p.sa.retry_timer,
+        Some(ACK_POLL_US),
+        "only the unasked tail is outstanding"
+    );
+    p.run();
+    assert_eq!(p.a.state(), QpState::Rts);
+    assert!(p.sa.send_cq.is_empty(), "unsignaled WRs complete silently");
+    assert_eq!(p.sa.sq_released, 3);
+    assert_eq!(
+        p.sb.recv_cq.len(),
+        3,
+        "the poll is a duplicate, not a message"
+    );
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 0);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert_eq!(p.sb.stat(Stat::DuplicateRequests), 1);
+    // The first SEND's ACK, the poll's, and B's re-acknowledgements of the duplicate.
+    assert!(acks.get() >= 2, "{}", acks.get());
+}
+
+/// The poll asks: when it is lost too, the next expiry is a timeout, and go-back-N recovers.
+#[test]
+fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    for i in 0..3 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+    }
+    for i in 0..3 {
+        let (w, sge) = small_send(i, false);
+        p.post_send(w, &[sge], &[]);
+    }
+    let mut seen = 0;
+    p.drop_if = Some(Box::new(move |pkt, from_a| {
+        if from_a && pkt.bth().psn.get() == 0xff_fff2 {
+            seen += 1;
+            return seen == 2;
+        }
+        false
+    }));
+    p.run();
+    assert_eq!(p.a.state(), QpState::Rts);
+    assert_eq!(p.sa.sq_released, 3);
+    assert_eq!(p.sb.recv_cq.len(), 3);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    assert!(p.sa.stat(Stat::Timeouts) >= 1);
+}
+
+/// SQD waits for the unsignaled tail's ACK; the poll gets it, even though SQD starts no WR.
+#[test]
+fn sqd_drains_an_unsignaled_tail_through_a_poll() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    for i in 0..3 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+    }
+    for i in 0..3 {
+        let (w, sge) = small_send(i, false);
+        p.post_send(w, &[sge], &[]);
+    }
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    p.a.set_state(&mut p.sa, QpState::Sqd, true);
+    assert!(p.a.sq_draining());
+    assert!(!p.sa.events.contains(&Event::SqDrained));
+    p.run();
+    assert!(p.sa.events.contains(&Event::SqDrained));
+    assert!(!p.a.sq_draining());
+    assert_eq!(p.sa.sq_released, 3);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+}
+
+/// Without a retransmit timer (timeout 0) nothing could poll later: every message end asks.
+#[test]
+fn without_a_timer_every_message_end_asks() {
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 0);
+    for i in 0..8 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+    }
+    let acks = count_acks(&mut p);
+    for i in 0..8 {
+        let (w, sge) = small_send(i, false);
+        p.post_send(w, &[sge], &[]);
+    }
+    p.run();
+    assert_eq!(p.sa.sq_released, 8);
+    assert_eq!(acks.get(), 8);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 0);
+}
