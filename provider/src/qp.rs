@@ -11,6 +11,7 @@
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of_val};
 use core::ptr;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use rrxe_uapi::CreateQpResp;
 
@@ -18,9 +19,10 @@ use crate::abi::{
     cmd_errno, ibv_ah, ibv_cmd_attach_mcast, ibv_cmd_create_qp, ibv_cmd_create_qp_ex2,
     ibv_cmd_destroy_qp, ibv_cmd_detach_mcast, ibv_cmd_modify_qp, ibv_cmd_post_send,
     ibv_cmd_query_qp, ibv_context, ibv_gid, ibv_modify_qp, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap,
-    ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp, ibv_recv_wr, ibv_send_wr, rrxe_create_qp,
-    rrxe_create_qp_ex, rrxe_create_qp_ex_resp, rrxe_create_qp_resp, set_errno, verbs_qp, CBox,
-    ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
+    ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp, ibv_recv_wr, ibv_send_wr,
+    post_send_doorbell, rrxe_create_qp, rrxe_create_qp_ex, rrxe_create_qp_ex_resp,
+    rrxe_create_qp_resp, set_errno, verbs_qp, CBox, ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS,
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
 };
 use crate::ah::ah_num_of;
 use crate::log::trace;
@@ -366,6 +368,10 @@ pub fn recv_state_ok(state: u32) -> bool {
     state != IBV_QPS_RESET && state <= crate::abi::IBV_QPS_ERR
 }
 
+/// uverbs refused a write() doorbell to this process (`EACCES`): ring through
+/// `ibv_cmd_post_send` from then on.
+static WRITE_DOORBELL_REFUSED: AtomicBool = AtomicBool::new(false);
+
 /// The QP around the send ring: AH numbers from the posting QP's context, and the doorbell.
 pub struct QpHooks {
     qp: *mut ibv_qp,
@@ -393,6 +399,20 @@ impl SendHooks for QpHooks {
     }
 
     fn doorbell(&mut self) -> c_int {
+        // One write() of a prebuilt command, unless uverbs refused that to this process once
+        // (then libibverbs' ioctl path, for good).
+        if !WRITE_DOORBELL_REFUSED.load(Ordering::Relaxed) {
+            // SAFETY: `qp` and its context are live (`QpHooks::new` contract).
+            let (fd, handle) = unsafe { ((*self.ctx).cmd_fd, (*self.qp).handle) };
+            match post_send_doorbell(fd, handle) {
+                Ok(()) => return 0,
+                Err(libc::EACCES) => WRITE_DOORBELL_REFUSED.store(true, Ordering::Relaxed),
+                Err(e) => {
+                    trace!("post_send({:p}): doorbell = {e}", self.qp);
+                    return e;
+                }
+            }
+        }
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: `qp` is live (`QpHooks::new` contract); a NULL list makes libibverbs issue
         // `POST_SEND` with `wr_count == sge_count == 0` and `wqe_size = sizeof(struct

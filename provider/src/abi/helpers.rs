@@ -103,6 +103,53 @@ impl<T: ZeroInit> Drop for CBox<T> {
     }
 }
 
+/// The send doorbell as one legacy `write()` of a prebuilt `POST_SEND` command with no WRs
+/// (`wr_count == sge_count == 0`, `wqe_size = sizeof(struct ib_uverbs_send_wr)`), as
+/// rdma_rxe's and siw's providers ring theirs. libibverbs' `ibv_cmd_post_send` sends the same
+/// command through `ioctl(INVOKE_WRITE)` on kernels that have it, where uverbs first parses
+/// and copies the ioctl's attributes. `Err(errno)`: the kernel refused it (the QP's own error), or, with
+/// `EACCES`, uverbs refuses write() to this process (a file opened with other credentials,
+/// `ib_safe_file_access()`); the ioctl path has no such rule.
+pub fn post_send_doorbell(cmd_fd: c_int, qp_handle: u32) -> Result<(), c_int> {
+    use super::cmd::ibv_post_send;
+    use super::sys::{
+        ib_uverbs_cmd_hdr, ib_uverbs_post_send, ib_uverbs_post_send_resp, ib_uverbs_send_wr,
+        IB_USER_VERBS_CMD_POST_SEND,
+    };
+    let mut resp = ib_uverbs_post_send_resp::default();
+    let cmd = ibv_post_send {
+        hdr: ib_uverbs_cmd_hdr {
+            command: IB_USER_VERBS_CMD_POST_SEND,
+            in_words: (size_of::<ibv_post_send>() / 4) as u16,
+            out_words: (size_of::<ib_uverbs_post_send_resp>() / 4) as u16,
+        },
+        core_payload: ib_uverbs_post_send {
+            response: core::ptr::addr_of_mut!(resp) as u64,
+            qp_handle,
+            wr_count: 0,
+            sge_count: 0,
+            wqe_size: size_of::<ib_uverbs_send_wr>() as u32,
+            ..Default::default()
+        },
+    };
+    // SAFETY: `cmd` is readable for its size; the kernel writes at most `out_words * 4` bytes
+    // to `response`, which points at `resp`, alive and writable until this call returns.
+    let n = unsafe {
+        libc::write(
+            cmd_fd,
+            core::ptr::addr_of!(cmd).cast(),
+            size_of::<ibv_post_send>(),
+        )
+    };
+    if n == size_of::<ibv_post_send>() as isize {
+        Ok(())
+    } else if n < 0 {
+        Err(cmd_errno(errno()))
+    } else {
+        Err(libc::EIO)
+    }
+}
+
 /// The errno for a failed `ibv_cmd_*` call (`ret`: documented to be a positive errno; anything
 /// else is reported as `EIO` rather than as "success").
 pub fn cmd_errno(ret: c_int) -> c_int {
