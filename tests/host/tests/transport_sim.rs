@@ -2124,6 +2124,15 @@ fn small_send(wr_id: u64, signaled: bool) -> (SendWqe, Sge) {
     (w, sge)
 }
 
+/// Posts `n` unsignaled one-packet SENDs from A, with a receive for each at B.
+fn post_unsignaled(p: &mut Pair, n: u64) {
+    for i in 0..n {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+        let (w, sge) = small_send(i, false);
+        p.post_send(w, &[sge], &[]);
+    }
+}
+
 /// Counts the ACKs B sends (nothing dropped).
 fn count_acks(p: &mut Pair) -> std::rc::Rc<std::cell::Cell<u32>> {
     let n = std::rc::Rc::new(std::cell::Cell::new(0));
@@ -2168,14 +2177,8 @@ fn an_unsignaled_stream_asks_for_an_ack_every_16_packets() {
 #[test]
 fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.retry_cnt = 0);
-    for i in 0..3 {
-        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
-    }
     let acks = count_acks(&mut p);
-    for i in 0..3 {
-        let (w, sge) = small_send(i, false);
-        p.post_send(w, &[sge], &[]);
-    }
+    post_unsignaled(&mut p, 3);
     // PSN 0xfffff0 (a multiple of 16) asks; 0xfffff1 and 0xfffff2 do not.
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     assert_eq!(
@@ -2217,13 +2220,7 @@ fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
 #[test]
 fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {
     let mut p = Pair::new(QpType::Rc, 1024);
-    for i in 0..3 {
-        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
-    }
-    for i in 0..3 {
-        let (w, sge) = small_send(i, false);
-        p.post_send(w, &[sge], &[]);
-    }
+    post_unsignaled(&mut p, 3);
     let mut seen = 0;
     p.drop_if = Some(Box::new(move |pkt, from_a| {
         if from_a && pkt.bth().psn.get() == 0xff_fff2 {
@@ -2244,13 +2241,7 @@ fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {
 #[test]
 fn sqd_drains_an_unsignaled_tail_through_a_poll() {
     let mut p = Pair::new(QpType::Rc, 1024);
-    for i in 0..3 {
-        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
-    }
-    for i in 0..3 {
-        let (w, sge) = small_send(i, false);
-        p.post_send(w, &[sge], &[]);
-    }
+    post_unsignaled(&mut p, 3);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
     p.a.set_state(&mut p.sa, QpState::Sqd, true);
     assert!(p.a.sq_draining());
@@ -2267,14 +2258,8 @@ fn sqd_drains_an_unsignaled_tail_through_a_poll() {
 #[test]
 fn without_a_timer_every_message_end_asks() {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 0);
-    for i in 0..8 {
-        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
-    }
     let acks = count_acks(&mut p);
-    for i in 0..8 {
-        let (w, sge) = small_send(i, false);
-        p.post_send(w, &[sge], &[]);
-    }
+    post_unsignaled(&mut p, 8);
     p.run();
     assert_eq!(p.sa.sq_released, 8);
     assert_eq!(acks.get(), 8);
