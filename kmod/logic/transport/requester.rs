@@ -391,8 +391,14 @@ where
                 || psn.get() % ACK_REQ_EVERY == 0
                 || fills
                 || self.req.poll);
-        if ack_req && psn.next().after(self.req.asked) {
-            self.req.asked = psn.next();
+        // A READ asks for every PSN of its responses (an atomic for its one): while they are
+        // outstanding, the silence is not an unasked tail's.
+        let upto = match e.kind {
+            WrKind::Read => e.first_psn.wrapping_add(e.npkts.max(1)),
+            _ => psn.next(),
+        };
+        if ack_req && upto.after(self.req.asked) {
+            self.req.asked = upto;
         }
         let mut h = Headers::new(Bth {
             opcode: opc,

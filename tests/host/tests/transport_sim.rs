@@ -2265,3 +2265,34 @@ fn without_a_timer_every_message_end_asks() {
     assert_eq!(acks.get(), 8);
     assert_eq!(p.sa.stat(Stat::AckPolls), 0);
 }
+
+/// A READ asks for all its responses: while some are outstanding the timer runs for the
+/// retransmit timeout, not for an ACK poll, and a slow answer is not polled for (a poll would
+/// re-read what is on its way).
+#[test]
+fn a_read_with_responses_outstanding_is_not_an_unasked_tail() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 4096);
+    p.post_send(w, &[sge], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    let req: Vec<_> = p.sa.out.drain(..).map(|(b, _)| b).collect();
+    for b in req {
+        p.carry(b, true);
+    }
+    let resp: Vec<_> = p.sb.out.drain(..).map(|(b, _)| b).collect();
+    assert_eq!(resp.len(), 4);
+    // Only the first response arrives for now.
+    p.carry(resp[0].clone(), false);
+    assert_eq!(
+        p.sa.retry_timer,
+        Some(67_108),
+        "the READ's other responses are asked for"
+    );
+    for b in resp[1..].iter().cloned() {
+        p.carry(b, false);
+    }
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 0);
+    assert_eq!(p.sb.stat(Stat::DuplicateRequests), 0);
+}
