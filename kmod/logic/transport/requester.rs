@@ -200,7 +200,9 @@ where
         matches!(self.state, QpState::Rts | QpState::Sqd)
             && !self.req.rnr_wait
             && self.sq.next != self.sq.head
-            && (self.state != QpState::Sqd || self.req.cur_pkt > 0 || self.req.poll)
+            // SQD starts no WR; what was started goes on and may be sent again (a go-back, a
+            // probe, an ACK poll).
+            && (self.state != QpState::Sqd || self.sq.entry(self.sq.next).started)
     }
 
     fn gate(&self, e: &SqEntry) -> Gate {

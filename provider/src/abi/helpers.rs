@@ -107,9 +107,9 @@ impl<T: ZeroInit> Drop for CBox<T> {
 /// (`wr_count == sge_count == 0`, `wqe_size = sizeof(struct ib_uverbs_send_wr)`), as
 /// rdma_rxe's and siw's providers ring theirs. libibverbs' `ibv_cmd_post_send` sends the same
 /// command through `ioctl(INVOKE_WRITE)` on kernels that have it, where uverbs first parses
-/// and copies the ioctl's attributes. `Err(errno)`: the kernel refused it (the QP's own error), or, with
-/// `EACCES`, uverbs refuses write() to this process (a file opened with other credentials,
-/// `ib_safe_file_access()`); the ioctl path has no such rule.
+/// and copies the ioctl's attributes. `Err(errno)`: the kernel refused it (the QP's own
+/// error), or, with `EACCES`, uverbs refuses write() to this process (a file opened with other
+/// credentials, `ib_safe_file_access()`); the ioctl path has no such rule.
 pub fn post_send_doorbell(cmd_fd: c_int, qp_handle: u32) -> Result<(), c_int> {
     use super::cmd::ibv_post_send;
     use super::sys::{

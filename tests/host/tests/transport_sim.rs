@@ -2133,6 +2133,18 @@ fn post_unsignaled(p: &mut Pair, n: u64) {
     }
 }
 
+/// Drops the `nth` (1-based) transmission of PSN `psn` from A.
+fn drop_send_of(p: &mut Pair, psn: u32, nth: u32) {
+    let mut seen = 0;
+    p.drop_if = Some(Box::new(move |pkt, from_a| {
+        if from_a && pkt.bth().psn.get() == psn {
+            seen += 1;
+            return seen == nth;
+        }
+        false
+    }));
+}
+
 /// Counts the ACKs B sends (nothing dropped).
 fn count_acks(p: &mut Pair) -> std::rc::Rc<std::cell::Cell<u32>> {
     let n = std::rc::Rc::new(std::cell::Cell::new(0));
@@ -2187,9 +2199,7 @@ fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
         "an asked PSN is outstanding"
     );
     for from_a in [true, false] {
-        let side = if from_a { &mut p.sa } else { &mut p.sb };
-        let pkts: Vec<_> = side.out.drain(..).map(|(b, _)| b).collect();
-        for b in pkts {
+        for b in p.take_out(from_a) {
             p.carry(b, from_a);
         }
     }
@@ -2221,14 +2231,7 @@ fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
 fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {
     let mut p = Pair::new(QpType::Rc, 1024);
     post_unsignaled(&mut p, 3);
-    let mut seen = 0;
-    p.drop_if = Some(Box::new(move |pkt, from_a| {
-        if from_a && pkt.bth().psn.get() == 0xff_fff2 {
-            seen += 1;
-            return seen == 2;
-        }
-        false
-    }));
+    drop_send_of(&mut p, 0xff_fff2, 2);
     p.run();
     assert_eq!(p.a.state(), QpState::Rts);
     assert_eq!(p.sa.sq_released, 3);
@@ -2275,11 +2278,10 @@ fn a_read_with_responses_outstanding_is_not_an_unasked_tail() {
     let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 4096);
     p.post_send(w, &[sge], &[]);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
-    let req: Vec<_> = p.sa.out.drain(..).map(|(b, _)| b).collect();
-    for b in req {
+    for b in p.take_out(true) {
         p.carry(b, true);
     }
-    let resp: Vec<_> = p.sb.out.drain(..).map(|(b, _)| b).collect();
+    let resp = p.take_out(false);
     assert_eq!(resp.len(), 4);
     // Only the first response arrives for now.
     p.carry(resp[0].clone(), false);
@@ -2295,4 +2297,25 @@ fn a_read_with_responses_outstanding_is_not_an_unasked_tail() {
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
     assert_eq!(p.sa.stat(Stat::AckPolls), 0);
     assert_eq!(p.sb.stat(Stat::DuplicateRequests), 0);
+}
+
+/// SQD starts no new WR, but one already started is sent again when a timeout goes back to it
+/// (here at its first packet, where the old rule, "nothing at a WR boundary in SQD", stranded
+/// it until the retries ran out), and the drain then completes.
+#[test]
+fn sqd_resends_a_started_wr_after_a_timeout() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    for i in 0..2 {
+        p.sb.rq.push_back(recv(i, 0x2000_0000 + i * 64, 64, 0x200));
+        let (w, sge) = small_send(i, true);
+        p.post_send(w, &[sge], &[]);
+    }
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    p.a.set_state(&mut p.sa, QpState::Sqd, true);
+    drop_send_of(&mut p, 0xff_fff1, 1);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (1, 0)]);
+    assert_eq!(p.sb.recv_cq.len(), 2);
+    assert!(p.sa.stat(Stat::Timeouts) >= 1);
+    assert!(p.sa.events.contains(&Event::SqDrained));
 }

@@ -521,6 +521,12 @@ impl Pair {
         }
     }
 
+    /// Takes the packets A (`from_a`) or B has emitted and not yet had carried.
+    pub fn take_out(&mut self, from_a: bool) -> Vec<Vec<u8>> {
+        let side = if from_a { &mut self.sa } else { &mut self.sb };
+        side.out.drain(..).map(|(b, _dest)| b).collect()
+    }
+
     /// Runs both engines and carries packets until nothing moves and no timer is armed.
     pub fn run(&mut self) {
         for _ in 0..1_000_000 {
@@ -529,12 +535,7 @@ impl Pair {
             moved |= self.a.run_responder(&mut self.sa, &mut self.scratch, 16) > 0;
             moved |= self.b.run_responder(&mut self.sb, &mut self.scratch, 16) > 0;
             for from_a in [true, false] {
-                let pkts: Vec<_> = if from_a {
-                    self.sa.out.drain(..).collect()
-                } else {
-                    self.sb.out.drain(..).collect()
-                };
-                for (bytes, _dest) in pkts {
+                for bytes in self.take_out(from_a) {
                     moved = true;
                     self.carry(bytes, from_a);
                 }
