@@ -523,13 +523,24 @@ where
         self.req.acked.before(self.req.high)
     }
 
-    /// Everything unacknowledged was sent, once, and none of it asked for an ACK: an unsignaled
-    /// tail, not a loss (a probe or a go-back in progress asks, or is not done sending).
+    /// Everything unacknowledged was sent, once, none of it asked for an ACK, and nothing more
+    /// can be sent now: an unsignaled tail, not a loss (a probe or a go-back in progress asks,
+    /// or is not done sending). A requester that could send more but was held back (its
+    /// budget, a congested path, local delivery) is in mid-stream: its next packets ask soon
+    /// enough (every [`ACK_REQ_EVERY`]-th PSN), and a poll then would race the packets still
+    /// on their way (in loopback, another CPU may be delivering them) and be taken for a gap.
     fn unasked_tail(&self) -> bool {
         self.unacked()
             && !self.req.asked.after(self.req.acked)
             && self.req.psn == self.req.high
             && self.req.probe.is_none()
+            && !self.can_send()
+    }
+
+    /// The requester has a packet it may send now (nothing but the caller's budget or the
+    /// path holds it back).
+    fn can_send(&self) -> bool {
+        self.requester_ready() && self.gate(&self.sq.entry(self.sq.next)) == Gate::Open
     }
 
     /// The retransmit timer fired: go back N from the oldest unacknowledged PSN, or fail the
@@ -546,6 +557,13 @@ where
         // again, asking; the peer answers the duplicate with an ACK of everything it has
         // (C9-105). No retry is spent and the window stays open. Should the poll itself go
         // unanswered, it did ask, and the next expiry is a timeout.
+        // A timer armed for a poll that finds the requester able to send again (more WRs were
+        // posted, and the shell has not run it yet): not a tail any more, and not a timeout
+        // either; it runs for a full timeout from now.
+        if self.req.timer_poll && self.can_send() {
+            self.update_timer(env, false);
+            return;
+        }
         if self.unasked_tail() {
             self.stat(env, Stat::AckPolls, 1);
             self.rewind(self.req.high.wrapping_sub(1));

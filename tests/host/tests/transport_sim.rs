@@ -2226,6 +2226,66 @@ fn an_unsignaled_tail_is_polled_for_its_ack_without_a_retry() {
     assert!(acks.get() >= 2, "{}", acks.get());
 }
 
+/// A requester held back in mid-stream (its budget spent: in the shell, a full loopback queue
+/// or a congested path) with an unasked tail outstanding is not at a tail: its next packets
+/// ask. The timer runs for the retransmit timeout, not for a poll: a poll resent while the
+/// packets before it were still being delivered on another CPU overtook them, and B took it
+/// for a gap (CI: 720 out-of-sequence requests, 23 sequence NAKs and 1,020 retransmissions in
+/// 32 loopback 1 MiB WRITEs).
+#[test]
+fn a_requester_held_back_in_mid_stream_is_not_polled() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_unsignaled(&mut p, 5);
+    // PSN 0xfffff0 asks; 0xfffff1 and 0xfffff2 do not, and 0xfffff3.. wait for the budget.
+    assert_eq!(p.a.run_requester(&mut p.sa, &mut p.scratch, 3), 3);
+    for from_a in [true, false] {
+        for b in p.take_out(from_a) {
+            p.carry(b, from_a);
+        }
+    }
+    assert_eq!(
+        p.sa.retry_timer,
+        Some(67_108),
+        "more can be sent: not an unasked tail"
+    );
+    // The rest goes out: now the two packets and the last three are a tail.
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    assert_eq!(p.sa.retry_timer, Some(ACK_POLL_US));
+    p.run();
+    assert_eq!(p.sa.sq_released, 5);
+    assert_eq!(p.sb.recv_cq.len(), 5);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    for s in [Stat::Retransmits, Stat::Timeouts] {
+        assert_eq!(p.sa.stat(s), 0, "{s:?}");
+    }
+}
+
+/// A timer armed for a poll that expires after more WRs were posted (and before the shell ran
+/// the requester) neither polls nor counts a timeout: it runs again for the full timeout.
+#[test]
+fn a_poll_timer_finding_new_work_waits_a_full_timeout() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_unsignaled(&mut p, 3);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    for from_a in [true, false] {
+        for b in p.take_out(from_a) {
+            p.carry(b, from_a);
+        }
+    }
+    assert_eq!(p.sa.retry_timer, Some(ACK_POLL_US));
+    post_unsignaled(&mut p, 2);
+    p.sa.retry_timer = None;
+    p.a.retry_timer_expired(&mut p.sa);
+    assert_eq!(p.sa.retry_timer, Some(67_108));
+    assert!(p.take_out(true).is_empty(), "nothing sent again");
+    for s in [Stat::AckPolls, Stat::Timeouts, Stat::Retransmits] {
+        assert_eq!(p.sa.stat(s), 0, "{s:?}");
+    }
+    p.run();
+    assert_eq!(p.sa.sq_released, 5);
+    assert_eq!(p.sb.recv_cq.len(), 5);
+}
+
 /// The poll asks: when it is lost too, the next expiry is a timeout, and go-back-N recovers.
 #[test]
 fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {
