@@ -552,11 +552,6 @@ where
         if !active || self.cfg.qp_type != QpType::Rc || !self.unacked() || self.req.rnr_wait {
             return;
         }
-        // An ACK poll: the unacknowledged WRs are an unsignaled tail that never asked for an
-        // ACK (see `send_packet`), so silence is no sign of loss. Its newest packet goes out
-        // again, asking; the peer answers the duplicate with an ACK of everything it has
-        // (C9-105). No retry is spent and the window stays open. Should the poll itself go
-        // unanswered, it did ask, and the next expiry is a timeout.
         // A timer armed for a poll that finds the requester able to send again (more WRs were
         // posted, and the shell has not run it yet): not a tail any more, and not a timeout
         // either; it runs for a full timeout from now.
@@ -564,6 +559,11 @@ where
             self.update_timer(env, false);
             return;
         }
+        // An ACK poll: the unacknowledged WRs are an unsignaled tail that never asked for an
+        // ACK (see `send_packet`), so silence is no sign of loss. Its newest packet goes out
+        // again, asking; the peer answers the duplicate with an ACK of everything it has
+        // (C9-105). No retry is spent and the window stays open. Should the poll itself go
+        // unanswered, it did ask, and the next expiry is a timeout.
         if self.unasked_tail() {
             self.stat(env, Stat::AckPolls, 1);
             self.rewind(self.req.high.wrapping_sub(1));
