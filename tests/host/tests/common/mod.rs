@@ -527,6 +527,19 @@ impl Pair {
         side.out.drain(..).map(|(b, _dest)| b).collect()
     }
 
+    /// Carries what both engines have emitted so far (A's packets first), once; returns how
+    /// many packets were carried.
+    pub fn carry_out(&mut self) -> usize {
+        let mut n = 0;
+        for from_a in [true, false] {
+            for bytes in self.take_out(from_a) {
+                n += 1;
+                self.carry(bytes, from_a);
+            }
+        }
+        n
+    }
+
     /// Runs both engines and carries packets until nothing moves and no timer is armed.
     pub fn run(&mut self) {
         for _ in 0..1_000_000 {
@@ -534,12 +547,7 @@ impl Pair {
             moved |= self.b.run_requester(&mut self.sb, &mut self.scratch, 16) > 0;
             moved |= self.a.run_responder(&mut self.sa, &mut self.scratch, 16) > 0;
             moved |= self.b.run_responder(&mut self.sb, &mut self.scratch, 16) > 0;
-            for from_a in [true, false] {
-                for bytes in self.take_out(from_a) {
-                    moved = true;
-                    self.carry(bytes, from_a);
-                }
-            }
+            moved |= self.carry_out() > 0;
             if moved {
                 continue;
             }
