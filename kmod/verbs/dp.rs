@@ -319,6 +319,11 @@ impl Pool {
             self.free += 1;
         }
     }
+
+    /// Buffers lent to deliveries: packets queued or being handled.
+    fn lent(&self) -> usize {
+        self.bufs.len().saturating_sub(self.free)
+    }
 }
 
 /// CQ ring state (guarded by the CQ lock).
@@ -2045,6 +2050,13 @@ impl Env for Ctx<'_, '_> {
     /// really leaves; the engine keeps those per QP only).
     fn stat(&mut self, s: Stat, n: u64) {
         self.qp.fabric.stats.add(s, n);
+    }
+
+    /// Loopback packets lent out beyond this call's own queue: another CPU's delivery (bottom
+    /// halves are disabled here, so it is not one this CPU interrupted) holds them. Not only
+    /// this QP's: a conservative answer, and the engine waits a bounded number of times.
+    fn in_transit(&mut self) -> bool {
+        self.qp.fabric.pool.lock().lent() > self.out.len
     }
 }
 

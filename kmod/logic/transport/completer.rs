@@ -85,6 +85,7 @@ where
         self.req.backoff = 0;
         self.req.heard = false;
         self.req.busy_waits = 0;
+        self.req.poll_waits = 0;
         self.end_probe();
         self.update_timer(env, true);
     }

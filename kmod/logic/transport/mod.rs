@@ -190,6 +190,12 @@ pub trait Env {
     fn set_reack_timer(&mut self, usecs: Option<u32>);
     /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
     fn stat(&mut self, s: Stat, n: u64);
+    /// Packets this QP sent may still be on their way to the peer inside this host: another
+    /// CPU holds some in a local (loopback) delivery. An ACK poll then waits
+    /// ([`Engine::retry_timer_expired`]). A shell that cannot tell says `false`.
+    fn in_transit(&mut self) -> bool {
+        false
+    }
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
     /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
     /// that sees the completion also sees the slot free again: a WR holds its SQ slot until it

@@ -68,10 +68,16 @@ pub(super) struct Requester {
     pub(super) heard: bool,
     /// Expiries in a row passed over because the peer was heard ([`BUSY_WAITS`] at most).
     pub(super) busy_waits: u8,
+    /// ACK polls in a row put off because packets were still on their way inside this host
+    /// ([`POLL_WAITS`] at most; see [`Env::in_transit`]).
+    pub(super) poll_waits: u8,
 }
 
 /// Expiries in a row that a busy peer may pass over before the timeout counts.
 pub(super) const BUSY_WAITS: u8 = 8;
+
+/// ACK polls in a row that packets still in transit may put off (each by [`ACK_POLL_US`]).
+pub(super) const POLL_WAITS: u8 = 4;
 
 /// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
 /// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
@@ -113,6 +119,7 @@ impl Requester {
             cwnd: RC_WINDOW,
             heard: false,
             busy_waits: 0,
+            poll_waits: 0,
         }
     }
 
@@ -129,6 +136,7 @@ impl Requester {
         self.cwnd = RC_WINDOW;
         self.heard = false;
         self.busy_waits = 0;
+        self.poll_waits = 0;
         self.acked = self.psn;
         self.asked = self.psn;
     }
@@ -565,6 +573,17 @@ where
         // (C9-105). No retry is spent and the window stays open. Should the poll itself go
         // unanswered, it did ask, and the next expiry is a timeout.
         if self.unasked_tail() {
+            // Packets of ours may still be on their way to the peer inside this host (another
+            // CPU is delivering loopback packets, and its vCPU may be stalled for longer than
+            // the poll's wait): the poll would overtake them, and the peer would take it for
+            // a gap and answer with a sequence NAK. It waits another poll interval, a few
+            // times at most (a busy device's other traffic must not hold it off for good).
+            if self.req.poll_waits < POLL_WAITS && env.in_transit() {
+                self.req.poll_waits += 1;
+                self.update_timer(env, false);
+                return;
+            }
+            self.req.poll_waits = 0;
             self.stat(env, Stat::AckPolls, 1);
             self.rewind(self.req.high.wrapping_sub(1));
             self.req.poll = true;

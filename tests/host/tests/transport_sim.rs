@@ -2274,6 +2274,62 @@ fn a_poll_timer_finding_new_work_waits_a_full_timeout() {
     assert_eq!(p.sb.recv_cq.len(), 5);
 }
 
+/// A poll for an unasked tail waits while packets are still on their way inside the host
+/// (the shell: another CPU, its vCPU stalled, is still delivering loopback packets): sent then,
+/// it would overtake the tail, B would take it for a gap and NAK, and A would go back N. Once
+/// the tail has arrived, the poll goes, and nothing is sent twice but the poll.
+#[test]
+fn an_ack_poll_waits_for_packets_still_in_transit() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_unsignaled(&mut p, 3);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    let mut on_the_way = p.take_out(true);
+    assert_eq!(on_the_way.len(), 3);
+    // The first packet asks, and its ACK comes back; the tail has not reached B yet when the
+    // poll timer fires.
+    p.carry(on_the_way.remove(0), true);
+    p.carry_out();
+    assert_eq!(p.sa.retry_timer, Some(ACK_POLL_US));
+    p.sa.in_transit = true;
+    p.sa.retry_timer = None;
+    p.a.retry_timer_expired(&mut p.sa);
+    assert_eq!(p.sa.transit_asks, 1);
+    assert_eq!(p.sa.retry_timer, Some(ACK_POLL_US), "another poll interval");
+    assert!(p.take_out(true).is_empty(), "no poll overtakes the tail");
+    for b in on_the_way {
+        p.carry(b, true);
+    }
+    p.sa.in_transit = false;
+    p.run();
+    assert_eq!(p.sa.sq_released, 3);
+    assert_eq!(p.sb.recv_cq.len(), 3);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    for s in [Stat::Retransmits, Stat::Timeouts, Stat::SeqNaksRcvd] {
+        assert_eq!(p.sa.stat(s), 0, "{s:?}");
+    }
+    assert_eq!(p.sb.stat(Stat::OutOfSeqRequests), 0);
+}
+
+/// Packets in transit put a poll off a bounded number of times (on a busy device they need not
+/// be ours): then it goes, and the tail is acknowledged without a timeout.
+#[test]
+fn packets_in_transit_put_a_poll_off_a_few_times_only() {
+    let mut p = Pair::new(QpType::Rc, 1024);
+    post_unsignaled(&mut p, 3);
+    p.sa.in_transit = true;
+    p.run();
+    assert_eq!(p.sa.sq_released, 3);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert_eq!(p.sa.transit_asks, 4, "four waits, then the poll");
+    // Progress starts the count over: the next tail waits as long again.
+    post_unsignaled(&mut p, 3);
+    p.run();
+    assert_eq!(p.sa.sq_released, 6);
+    assert_eq!(p.sa.stat(Stat::AckPolls), 2);
+    assert_eq!(p.sa.transit_asks, 8);
+}
+
 /// The poll asks: when it is lost too, the next expiry is a timeout, and go-back-N recovers.
 #[test]
 fn a_lost_ack_poll_makes_the_next_expiry_a_timeout() {

@@ -54,6 +54,10 @@ pub struct Side {
     /// The RQ ring is broken (a scribbled producer): every take answers Bad.
     pub rq_broken: bool,
     pub rq_takes: u32,
+    /// What `Env::in_transit` answers (the shell: another CPU still delivers loopback
+    /// packets), and how many times the engine asked.
+    pub in_transit: bool,
+    pub transit_asks: u32,
     /// Local operations executed, in order: ("reg" | "inv" | "remote-inv", key).
     pub local_ops: Vec<(&'static str, u32)>,
     /// `wr_id`s of the send WRs pushed, in SQ order, and how many of them the engine released
@@ -227,6 +231,10 @@ impl Env for Side {
             self.stats.resize(COUNT, 0);
         }
         self.stats[s.index()] += n;
+    }
+    fn in_transit(&mut self) -> bool {
+        self.transit_asks += 1;
+        self.in_transit
     }
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, acc: u32) -> Result<(), u32> {
         self.local_ops.push(("reg", key));
