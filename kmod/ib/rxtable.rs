@@ -1,22 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The devices that packet receive callbacks (softirq) can reach, by netdev key.
+//! The devices that packets from the wire can reach, by netdev key.
 //!
 //! One table per module instance, published through a static pointer so that the UDP receive
-//! callback, which only gets an skb, can find it. Lookups run with bottom halves disabled (an
-//! RCU read-side critical section); the owner unpublishes the table and waits for an RCU grace
-//! period before freeing it, so a lookup never sees freed memory.
+//! hook, which only gets an skb, can find the device a datagram arrived for. The table holds
+//! [`Receiver`]s, which the device layer implements: the arrow runs from `ib/` to the trait,
+//! never back up into `verbs/`. Lookups run with bottom halves disabled (an RCU read-side
+//! critical section); the owner unpublishes the table and waits for an RCU grace period before
+//! freeing it, so a lookup never sees freed memory.
 
-use crate::verbs::dp::Fabric;
+use super::udp::RxMeta;
 use core::{
     ptr,
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
+/// A device that takes RoCEv2 datagrams from the wire.
+pub(crate) trait Receiver: Send + Sync {
+    /// Handles one datagram that arrived on the device's netdev: softirq context, bottom
+    /// halves disabled; `pkt` is the UDP payload (BTH .. ICRC), or empty when `meta` says it
+    /// was dropped as bad (the device counts it). The skb is freed on return, so whatever is
+    /// kept is copied.
+    fn receive(&self, meta: &RxMeta, pkt: &[u8]);
+}
+
 #[pin_data]
 struct Inner {
     #[pin]
-    list: SpinLock<KVec<Option<(usize, Arc<Fabric>)>>>,
+    list: SpinLock<KVec<Option<(usize, Arc<dyn Receiver>)>>>,
 }
 
 static TABLE: AtomicPtr<Inner> = AtomicPtr::new(ptr::null_mut());
@@ -69,21 +80,20 @@ fn with_table<R>(f: impl FnOnce(&Inner) -> R) -> Option<R> {
     })
 }
 
-/// Makes `fabric` reachable for packets arriving on the netdev with `key` (process context).
-pub(crate) fn add(key: usize, fabric: Arc<Fabric>) -> Result {
+/// Makes `rx` reachable for datagrams arriving on the netdev with `key` (process context).
+pub(crate) fn add(key: usize, rx: Arc<dyn Receiver>) -> Result {
     with_table(|t| {
         let mut list = t.list.lock();
         if let Some(slot) = list.iter_mut().find(|e| e.is_none()) {
-            *slot = Some((key, fabric));
+            *slot = Some((key, rx));
             return Ok(());
         }
-        list.push(Some((key, fabric)), GFP_ATOMIC)
-            .map_err(Error::from)
+        list.push(Some((key, rx)), GFP_ATOMIC).map_err(Error::from)
     })
     .unwrap_or(Err(ENODEV))
 }
 
-/// Forgets the netdev with `key` and waits until no receive callback still uses its fabric.
+/// Forgets the netdev with `key` and waits until no receive callback still uses its receiver.
 pub(crate) fn remove(key: usize) {
     let removed = with_table(|t| {
         let mut list = t.list.lock();
@@ -96,19 +106,25 @@ pub(crate) fn remove(key: usize) {
     drop(removed);
 }
 
-/// Finds the fabric bound to the netdev with `key` (any context). The reference must be dropped
-/// before bottom halves are enabled again (the receive path does), so that [`remove`] can wait
-/// for it.
-pub(crate) fn lookup(key: usize) -> Option<Arc<Fabric>> {
-    with_table(|t| {
-        t.list
-            .lock()
-            .iter()
-            .flatten()
-            .find(|(k, _)| *k == key)
-            .map(|(_, f)| f.clone())
-    })
-    .flatten()
+/// Hands a datagram to the receiver bound to its netdev (`meta.netdev`), if any (softirq
+/// context). The receiver's reference is taken under the table's lock and dropped before
+/// bottom halves are enabled again, so [`remove`] can wait for it; the lock is not held while
+/// the receiver runs, so receivers on different CPUs do not serialise on it.
+pub(crate) fn receive(meta: &RxMeta, pkt: &[u8]) {
+    super::bh::with_bh_disabled(|| {
+        let rx = with_table(|t| {
+            t.list
+                .lock()
+                .iter()
+                .flatten()
+                .find(|(k, _)| *k == meta.netdev)
+                .map(|(_, r)| r.clone())
+        })
+        .flatten();
+        if let Some(rx) = rx {
+            rx.receive(meta, pkt);
+        }
+    });
 }
 
 impl Drop for RxTable {

@@ -11,8 +11,9 @@
 //! IPv6 socket cannot be opened, IPv4 still works and IPv6 transmits fail with `EAFNOSUPPORT`.
 //!
 //! Receive: the UDP stack hands each datagram for port 4791 to the encapsulation hook, in
-//! softirq context under the RCU read lock. The hook checks its length, linearises it, and calls
-//! the namespace's [`RxFn`] with the addresses ([`RxMeta`]) and the UDP payload (BTH .. ICRC).
+//! softirq context under the RCU read lock. The hook checks its length, linearises it, and hands
+//! the addresses ([`RxMeta`]) and the UDP payload (BTH .. ICRC) to the device bound to the
+//! ingress netdev ([`super::rxtable::receive`]).
 //!
 //! Transmit: [`UdpHandle::xmit`] looks up the route in the netdev's namespace with the netdev as
 //! output interface, builds an skb with the payload, and hands it to
@@ -51,11 +52,6 @@ const MAX_IP_HLEN: usize = 512;
 /// (BTH + RETH + ImmDt = 32 bytes; BTH + DETH + ImmDt and BTH + AtomicETH are smaller), up to
 /// 3 pad bytes and the ICRC, rounded up.
 pub(crate) const MAX_PAYLOAD: usize = 4096 + 64;
-
-/// The receive callback: called in softirq context for each RoCEv2 datagram, with `pkt` the UDP
-/// payload (BTH .. ICRC, [`MIN_PAYLOAD`]`..=`[`MAX_PAYLOAD`] bytes). It must not sleep; the
-/// skb is freed when it returns, so it copies what it keeps.
-pub(crate) type RxFn = fn(&RxMeta, &[u8]);
 
 /// What the IP and UDP headers of a received datagram say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -246,7 +242,6 @@ struct Entry {
     refs: AtomicUsize,
     sock4: AtomicPtr<b::socket>,
     sock6: AtomicPtr<b::socket>,
-    rx: RxFn,
 }
 
 impl Entry {
@@ -358,13 +353,11 @@ pub(crate) struct UdpSock;
 
 impl UdpSock {
     /// Returns a handle on the RoCEv2 sockets of `netdev`'s network namespace, opening them if
-    /// this is the first handle there. Datagrams received on them go to `rx`.
-    ///
-    /// All handles of a namespace share the sockets, and so the receive function of the handle
-    /// that opened them: pass the same `rx` everywhere. Errors are those of opening the IPv4
+    /// this is the first handle there. Datagrams received on them go to the device bound to
+    /// their ingress netdev ([`super::rxtable`]). Errors are those of opening the IPv4
     /// socket (`EADDRINUSE` if something else holds UDP port 4791, e.g. rdma_rxe in the same
     /// namespace). Process context only.
-    pub(crate) fn get(netdev: &NetDev, rx: RxFn) -> Result<UdpHandle> {
+    pub(crate) fn get(netdev: &NetDev) -> Result<UdpHandle> {
         // SAFETY: the netdev is alive for the borrow; `dev_net` reads its namespace pointer.
         let net = unsafe { b::rrxe_dev_net(netdev.as_raw()) };
         let mut guard = RegistryGuard::lock();
@@ -406,7 +399,6 @@ impl UdpSock {
             refs: AtomicUsize::new(1),
             sock4: AtomicPtr::new(sock4),
             sock6: AtomicPtr::new(sock6),
-            rx,
         };
         let entry = match KBox::new(entry, GFP_KERNEL) {
             Ok(b) => NonNull::from(KBox::leak(b)),
@@ -900,19 +892,15 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
     }
     // A datagram the device must count as a bad header before it is dropped.
     let drop_counted = |c: &AtomicU64| {
-        // SAFETY: `skb` is live and ours; `dev` is its ingress device; the entry is alive (see
-        // above) and immutable apart from its atomic refcount.
-        let (dev, rx) = unsafe {
-            (
-                (*skb)
-                    .__bindgen_anon_1
-                    .__bindgen_anon_1
-                    .__bindgen_anon_1
-                    .dev,
-                (*entry).rx,
-            )
+        // SAFETY: `skb` is live and ours; `dev` is its ingress device.
+        let dev = unsafe {
+            (*skb)
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .dev
         };
-        rx(
+        super::rxtable::receive(
             &RxMeta {
                 netdev: dev as usize,
                 bad_header: true,
@@ -993,12 +981,10 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         meta.bad_icrc = true;
     }
     let pkt = udp.get(UDP_HLEN..).unwrap_or_default();
-    // SAFETY: the entry is alive (see above) and immutable apart from its atomic refcount.
-    let rx = unsafe { (*entry).rx };
     if icrc_ok {
         inc(&COUNTERS.rx_packets);
     }
-    rx(&meta, pkt);
+    super::rxtable::receive(&meta, pkt);
     // SAFETY: we own `skb`; `pkt` is not used any more.
     unsafe { b::rrxe_consume_skb(skb) };
     0
@@ -1035,12 +1021,12 @@ impl LazyUdp {
     }
 
     /// Opens the sockets (process context); does nothing when already open.
-    pub(crate) fn open(&self, rx: RxFn) -> Result {
+    pub(crate) fn open(&self) -> Result {
         let _g = self.open_lock.lock();
         if !self.handle.load(Ordering::Acquire).is_null() {
             return Ok(());
         }
-        let h = KBox::new(UdpSock::get(&self.netdev, rx)?, GFP_KERNEL)?;
+        let h = KBox::new(UdpSock::get(&self.netdev)?, GFP_KERNEL)?;
         // INVARIANT: set once, under the lock.
         self.handle.store(KBox::into_raw(h), Ordering::Release);
         Ok(())

@@ -266,7 +266,7 @@ impl Fabric {
         if path.loopback {
             return Ok(());
         }
-        let opened = self.udp.open(rx_wire);
+        let opened = self.udp.open();
         if path.multicast {
             // A group's members on this device are reached without the socket.
             return Ok(());
@@ -276,7 +276,7 @@ impl Fabric {
 
     /// Opens the UDP socket for receiving (process context), whatever the paths.
     pub(crate) fn open_wire(&self) -> Result {
-        self.udp.open(rx_wire)
+        self.udp.open()
     }
 
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
@@ -2060,33 +2060,32 @@ impl Env for Ctx<'_, '_> {
     }
 }
 
-/// Receive entry point for packets from the wire (softirq).
-pub(crate) fn rx_wire(meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
-    let Some(fabric) = crate::ib::rxtable::lookup(meta.netdev) else {
-        return;
-    };
-    if meta.bad_header {
-        fabric.stats.add(Stat::RxBadHeaders, 1);
-        return;
+/// Packets from the wire (softirq): the device's entry in the receive table.
+impl crate::ib::rxtable::Receiver for Fabric {
+    fn receive(&self, meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
+        if meta.bad_header {
+            self.stats.add(Stat::RxBadHeaders, 1);
+            return;
+        }
+        if meta.bad_icrc {
+            self.stats.add(Stat::RxIcrcErrors, 1);
+            return;
+        }
+        let grh = iphdr::grh(
+            meta.sgid,
+            meta.dgid,
+            meta.tclass,
+            meta.hop_limit,
+            meta.flow_label,
+            pkt.len(),
+        );
+        let info = RxInfo {
+            grh,
+            src: meta.sgid,
+            dst: meta.dgid,
+        };
+        let mut out = Outbox::new(self, RX_BULK, None);
+        rx_packet(self, pkt, &info, &mut out);
+        deliver(self, &mut out);
     }
-    if meta.bad_icrc {
-        fabric.stats.add(Stat::RxIcrcErrors, 1);
-        return;
-    }
-    let grh = iphdr::grh(
-        meta.sgid,
-        meta.dgid,
-        meta.tclass,
-        meta.hop_limit,
-        meta.flow_label,
-        pkt.len(),
-    );
-    let info = RxInfo {
-        grh,
-        src: meta.sgid,
-        dst: meta.dgid,
-    };
-    let mut out = Outbox::new(&fabric, RX_BULK, None);
-    rx_packet(&fabric, pkt, &info, &mut out);
-    deliver(&fabric, &mut out);
 }
