@@ -8,12 +8,37 @@
 //! critical section); the owner unpublishes the table and waits for an RCU grace period before
 //! freeing it, so a lookup never sees freed memory.
 
-use super::udp::RxMeta;
 use core::{
     ptr,
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+
+/// What the IP and UDP headers of a received datagram say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RxMeta {
+    /// Source address as a GID (IPv4-mapped `::ffff:a.b.c.d` for IPv4).
+    pub(crate) sgid: [u8; 16],
+    /// Destination address as a GID (IPv4-mapped for IPv4).
+    pub(crate) dgid: [u8; 16],
+    pub(crate) is_v4: bool,
+    /// IPv4 TOS byte / IPv6 traffic class.
+    pub(crate) tclass: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub(crate) hop_limit: u8,
+    /// IPv6 flow label (20 bits); 0 for IPv4.
+    pub(crate) flow_label: u32,
+    /// UDP source port (host order).
+    pub(crate) udp_sport: u16,
+    /// The ingress netdev (`skb->dev`), as [`NetDev::key`](super::netdev::NetDev::key)
+    /// gives it.
+    pub(crate) netdev: usize,
+    /// The ICRC did not match: the receiver only counts the packet (per device) and drops it.
+    pub(crate) bad_icrc: bool,
+    /// Too short, too long or an IP header we refuse: counted per device, then dropped
+    /// (everything else in this record is unset then, and the packet is empty).
+    pub(crate) bad_header: bool,
+}
 
 /// A device that takes RoCEv2 datagrams from the wire.
 pub(crate) trait Receiver: Send + Sync {

@@ -2062,7 +2062,7 @@ impl Env for Ctx<'_, '_> {
 
 /// Packets from the wire (softirq): the device's entry in the receive table.
 impl crate::ib::rxtable::Receiver for Fabric {
-    fn receive(&self, meta: &crate::ib::udp::RxMeta, pkt: &[u8]) {
+    fn receive(&self, meta: &crate::ib::rxtable::RxMeta, pkt: &[u8]) {
         if meta.bad_header {
             self.stats.add(Stat::RxBadHeaders, 1);
             return;
