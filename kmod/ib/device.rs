@@ -12,6 +12,7 @@
 //! devices. [`Registry`] is our own list instead.
 
 use super::bindings as b;
+use super::kmem::KernelVirt;
 use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
@@ -183,10 +184,22 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     /// `req_notify_cq`: arms the CQ; returns whether completions are already waiting.
     fn req_notify_cq(dev: &Device<Self>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
 
-    /// `get_dma_mr`: an MR over the kernel's memory (kernel consumers only, see `kmem`).
-    fn get_dma_mr(dev: &Device<Self>, pd: &Self::Pd, access: u32) -> Result<(Self::Mr, MrKeys)>;
-    /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for `max_num_sg` pages.
-    fn alloc_mr(dev: &Device<Self>, pd: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)>;
+    /// `get_dma_mr`: an MR over the kernel's memory (kernel consumers only, see `kmem`): `mem`
+    /// is the consumer's capability, which the MR keeps.
+    fn get_dma_mr(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        mem: KernelVirt,
+        access: u32,
+    ) -> Result<(Self::Mr, MrKeys)>;
+    /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for `max_num_sg` pages of a
+    /// kernel consumer, whose capability `mem` the MR keeps.
+    fn alloc_mr(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        mem: KernelVirt,
+        max_num_sg: u32,
+    ) -> Result<(Self::Mr, MrKeys)>;
     /// `map_mr_sg` begins on a fast-registration MR, with pages of `page_size` bytes.
     fn mr_map_begin(dev: &Device<Self>, mr: &Self::Mr, page_size: u32) -> Result;
     /// One page (its kernel virtual address) of the `map_mr_sg` under way.

@@ -10,8 +10,8 @@
 
 use super::bindings as b;
 use super::device::IbDriver;
-use super::kmem::KernelVirt;
-use super::objects::{dev, AhObj, CqObj, MrKeys, MrObj, PdObj, QpObj, SrqObj};
+use super::kmem::{KernelConsumer, KernelVirt};
+use super::objects::{dev, AhObj, CqObj, MrKeys, MrObj, Owner, PdObj, QpObj, SrqObj};
 use crate::logic::limits as lim;
 use crate::uapi::{self, wr_opcode, SendWqe, Sge};
 use core::{mem::MaybeUninit, ptr};
@@ -34,6 +34,11 @@ pub(crate) struct KSendWr<'a, T: IbDriver> {
 /// reference): only this layer can make or read one.
 #[derive(Clone, Copy)]
 pub(crate) struct QpHandle(pub(super) *mut b::ib_qp);
+
+// SAFETY: the driver only stores and copies the pointer (a kernel CQ records it per completion
+// when the completion is written, as rdma_rxe does); only ib_core's consumer dereferences it,
+// in `ib_wc.qp`.
+unsafe impl Send for QpHandle {}
 
 impl Default for QpHandle {
     fn default() -> Self {
@@ -97,10 +102,12 @@ unsafe fn sges<'a>(
 ///
 /// `w` must be a valid WR of a consumer of `qp`, embedded in the typed WR its opcode and the
 /// QP type imply (`ib_rdma_wr`, `ib_atomic_wr`, `ib_ud_wr`), with a valid SGE list and, for UD,
-/// a live AH of ours.
+/// a live AH of ours. `mem` is the capability of that (kernel) consumer: inline data is copied
+/// from the kernel virtual addresses its SGEs name.
 unsafe fn read_send_wr<'a, T: IbDriver>(
     w: *const b::ib_send_wr,
     ud: bool,
+    mem: &KernelVirt,
     sge_buf: &'a mut [Sge; lim::MAX_SGE as usize],
     inline_buf: &'a mut [u8; lim::MAX_INLINE_DATA as usize],
 ) -> Result<KSendWr<'a, T>> {
@@ -189,7 +196,7 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
             let n = s.length as usize;
             let end = len.checked_add(n).ok_or(EINVAL)?;
             let dst = inline_buf.get_mut(len..end).ok_or(EINVAL)?;
-            KernelVirt.read(s.addr, dst)?;
+            mem.read(s.addr, dst)?;
             len = end;
         }
         wqe.num_sge = 0;
@@ -209,12 +216,14 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
 }
 
 /// `post_send` with a kernel consumer's list: each WR is queued in turn; the first one refused
-/// is reported in `bad_wr` with its errno, and what was queued before it is processed.
+/// is reported in `bad_wr` with its errno, and what was queued before it is processed. `who`
+/// proves that the QP is a kernel consumer's (the trampoline refuses lists on user QPs).
 ///
 /// # Safety
 ///
 /// `qp` is a live QP of ours and `wr` a valid `ib_send_wr` chain of its kernel consumer.
 pub(super) unsafe fn post_send<T: IbDriver>(
+    who: KernelConsumer,
     qp: *mut b::ib_qp,
     wr: *const b::ib_send_wr,
     bad_wr: *mut *const b::ib_send_wr,
@@ -225,12 +234,13 @@ pub(super) unsafe fn post_send<T: IbDriver>(
     let ud = qp_type == b::ib_qp_type_IB_QPT_UD || qp_type == b::ib_qp_type_IB_QPT_GSI;
     let mut sge_buf = [Sge::default(); lim::MAX_SGE as usize];
     let mut inline_buf = [0u8; lim::MAX_INLINE_DATA as usize];
+    let mem = KernelVirt::new(who);
     let mut cur = wr;
     let mut posted = 0u32;
     let mut err = 0;
     while !cur.is_null() {
         // SAFETY: `cur` is an element of the caller's valid chain.
-        let r = unsafe { read_send_wr::<T>(cur, ud, &mut sge_buf, &mut inline_buf) }
+        let r = unsafe { read_send_wr::<T>(cur, ud, &mem, &mut sge_buf, &mut inline_buf) }
             .and_then(|k| T::post_send_kernel(d, data, &k));
         if let Err(e) = r {
             if !bad_wr.is_null() {
@@ -282,14 +292,41 @@ unsafe fn walk_recv(
     0
 }
 
+/// Refuses a non-empty receive list on a user object (a raw uverbs `POST_RECV` or
+/// `POST_SRQ_RECV`: user WRs travel through the shared ring only): `EINVAL`, with the first WR
+/// in `bad_wr`, as in rdma_rxe. An empty list is the same no-op for both.
+///
 /// # Safety
 ///
-/// ib_core passes a live QP of ours and a valid chain of its kernel consumer.
+/// `bad_wr` is NULL or writable.
+unsafe fn refuse_user_recv(
+    who: Option<KernelConsumer>,
+    wr: *const b::ib_recv_wr,
+    bad_wr: *mut *const b::ib_recv_wr,
+) -> Option<i32> {
+    if who.is_some() || wr.is_null() {
+        return None;
+    }
+    if !bad_wr.is_null() {
+        // SAFETY: per the contract above.
+        unsafe { *bad_wr = wr };
+    }
+    Some(EINVAL.to_errno())
+}
+
+/// # Safety
+///
+/// ib_core passes a live QP of ours and a valid chain (of its kernel consumer, unless the QP
+/// is a user QP, whose lists are refused).
 unsafe extern "C" fn post_recv<T: IbDriver>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_recv_wr,
     bad_wr: *mut *const b::ib_recv_wr,
 ) -> i32 {
+    // SAFETY: per the contract above.
+    if let Some(e) = unsafe { refuse_user_recv(QpObj::<T>::kernel_consumer(qp), wr, bad_wr) } {
+        return e;
+    }
     // SAFETY: per the contract above.
     let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
     // SAFETY: per the contract above.
@@ -298,12 +335,17 @@ unsafe extern "C" fn post_recv<T: IbDriver>(
 
 /// # Safety
 ///
-/// ib_core passes a live SRQ of ours and a valid chain of its kernel consumer.
+/// ib_core passes a live SRQ of ours and a valid chain (of its kernel consumer, unless the SRQ
+/// is a user SRQ, whose lists are refused).
 unsafe extern "C" fn post_srq_recv<T: IbDriver>(
     srq: *mut b::ib_srq,
     wr: *const b::ib_recv_wr,
     bad_wr: *mut *const b::ib_recv_wr,
 ) -> i32 {
+    // SAFETY: per the contract above.
+    if let Some(e) = unsafe { refuse_user_recv(SrqObj::<T>::kernel_consumer(srq), wr, bad_wr) } {
+        return e;
+    }
     // SAFETY: per the contract above.
     let (d, data) = unsafe { (dev::<T>((*srq).device), SrqObj::<T>::data(srq)) };
     // SAFETY: per the contract above.
@@ -325,6 +367,9 @@ fn wc_flags(f: u32) -> i32 {
     out as i32
 }
 
+/// `poll_cq` for a kernel consumer. A user CQ's completions are read from its shared ring by the
+/// provider: uverbs `POLL_CQ` on it gets `EOPNOTSUPP`.
+///
 /// # Safety
 ///
 /// ib_core passes a live CQ of ours and room for `num_entries` completions at `wc`.
@@ -333,6 +378,10 @@ unsafe extern "C" fn poll_cq<T: IbDriver>(
     num_entries: i32,
     wc: *mut b::ib_wc,
 ) -> i32 {
+    // SAFETY: per the contract above.
+    if unsafe { CqObj::<T>::kernel_consumer(cq) }.is_none() {
+        return super::eopnotsupp().to_errno();
+    }
     // SAFETY: per the contract above.
     let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
     let want = usize::try_from(num_entries).unwrap_or(0);
@@ -369,12 +418,14 @@ unsafe extern "C" fn poll_cq<T: IbDriver>(
     done as i32
 }
 
-/// Makes an MR object around driver data (ib_core fills `device`, `pd`, `type` after we return).
+/// Makes a kernel consumer's MR object around driver data (ib_core fills `device`, `pd`,
+/// `type` after we return).
 fn new_mr<T: IbDriver>(make: impl FnOnce() -> Result<(T::Mr, MrKeys)>) -> *mut b::ib_mr {
     let r = (|| -> Result<*mut b::ib_mr> {
         let obj = KBox::new(
             MrObj::<T> {
                 ib: Opaque::uninit(),
+                owner: Owner::Kernel,
                 data: MaybeUninit::uninit(),
             },
             GFP_KERNEL,
@@ -413,8 +464,12 @@ unsafe extern "C" fn alloc_mr<T: IbDriver>(
         return super::eopnotsupp().to_errno() as isize as *mut b::ib_mr;
     }
     // SAFETY: per the contract above.
+    let Some(who) = (unsafe { PdObj::<T>::kernel_consumer(pd) }) else {
+        return EINVAL.to_errno() as isize as *mut b::ib_mr;
+    };
+    // SAFETY: per the contract above.
     let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
-    new_mr::<T>(|| T::alloc_mr(d, pdd, max_num_sg))
+    new_mr::<T>(|| T::alloc_mr(d, pdd, KernelVirt::new(who), max_num_sg))
 }
 
 /// `ib_sg_to_pages` callback: one page of the mapping.
@@ -443,6 +498,10 @@ unsafe extern "C" fn map_mr_sg<T: IbDriver>(
     sg_nents: i32,
     sg_offset: *mut u32,
 ) -> i32 {
+    // SAFETY: per the contract above (only `alloc_mr` makes fast MRs, for kernel PDs).
+    if unsafe { MrObj::<T>::kernel_consumer(mr) }.is_none() {
+        return EINVAL.to_errno();
+    }
     // SAFETY: per the contract above.
     let (d, data, page_size) = unsafe {
         (
@@ -466,6 +525,10 @@ unsafe extern "C" fn map_mr_sg<T: IbDriver>(
 /// ib_core passes a live PD of ours (kernel callers only).
 unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> *mut b::ib_mr {
     // SAFETY: per the contract above.
+    let Some(who) = (unsafe { PdObj::<T>::kernel_consumer(pd) }) else {
+        return EINVAL.to_errno() as isize as *mut b::ib_mr;
+    };
+    // SAFETY: per the contract above.
     let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
-    new_mr::<T>(|| T::get_dma_mr(d, pdd, access as u32))
+    new_mr::<T>(|| T::get_dma_mr(d, pdd, KernelVirt::new(who), access as u32))
 }

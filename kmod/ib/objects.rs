@@ -9,6 +9,7 @@
 
 use super::bindings as b;
 use super::device::{Device, IbDriver};
+use super::kmem::KernelConsumer;
 use super::udata::Udata;
 use crate::logic::{
     qp_attr::{ModifyRequest, QpCap},
@@ -17,10 +18,34 @@ use crate::logic::{
 use core::{mem::MaybeUninit, ptr};
 use kernel::{error::from_result, prelude::*, types::Opaque};
 
+/// Who created an object, as the create trampoline saw it: a user context (ib_core passed
+/// udata) or a kernel consumer (ib_core's kernel API, no udata). `User` is the zero value, so a
+/// block that ib_core zeroed reads as untrusted until the create trampoline says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Owner {
+    /// A uverbs command created it: everything it names comes from user space.
+    User = 0,
+    /// A kernel consumer created it (ib_mad, ib_cm, the storage ULPs).
+    Kernel = 1,
+}
+
+impl Owner {
+    /// The owner of an object created with `udata` (ib_core passes udata exactly for uverbs).
+    pub(super) fn of(udata: &Option<Udata>) -> Self {
+        if udata.is_some() {
+            Owner::User
+        } else {
+            Owner::Kernel
+        }
+    }
+}
+
 /// An ib_core object with driver data `D` after it.
 #[repr(C)]
 pub(crate) struct Obj<C, D> {
     pub(super) ib: Opaque<C>,
+    pub(super) owner: Owner,
     pub(super) data: MaybeUninit<D>,
 }
 
@@ -38,9 +63,29 @@ impl<C, D> Obj<C, D> {
     ///
     /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` with uninitialised
     /// data.
-    unsafe fn init(ptr: *mut C, d: D) {
+    unsafe fn init(ptr: *mut C, d: D, owner: Owner) {
         // SAFETY: per the contract above.
-        unsafe { (*ptr.cast::<Self>()).data.write(d) };
+        unsafe {
+            let o = ptr.cast::<Self>();
+            (*o).data.write(d);
+            ptr::addr_of_mut!((*o).owner).write(owner);
+        }
+    }
+
+    /// The proof that a kernel consumer created the object, or `None` for a user object.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` that its create
+    /// trampoline initialised.
+    pub(super) unsafe fn kernel_consumer(ptr: *mut C) -> Option<KernelConsumer> {
+        // SAFETY: per the contract above; `owner` was written by `init` (or at construction).
+        match unsafe { (*ptr.cast::<Self>()).owner } {
+            // SAFETY: the create trampoline recorded `Kernel` only for an object ib_core
+            // created without udata, i.e. for a kernel consumer.
+            Owner::Kernel => Some(unsafe { KernelConsumer::assume() }),
+            Owner::User => None,
+        }
     }
 
     /// # Safety
@@ -410,9 +455,10 @@ unsafe extern "C" fn alloc_pd<T: IbDriver>(pd: *mut b::ib_pd, udata: *mut b::ib_
     from_result(|| {
         // SAFETY: per the contract above.
         let (d, udata) = unsafe { (dev::<T>((*pd).device), Udata::from_raw(udata)) };
+        let owner = Owner::of(&udata);
         let data = T::alloc_pd(d, udata.as_ref())?;
         // SAFETY: the data of a fresh PD block is uninitialised.
-        unsafe { PdObj::<T>::init(pd, data) };
+        unsafe { PdObj::<T>::init(pd, data, owner) };
         Ok(0)
     })
 }
@@ -452,11 +498,12 @@ unsafe extern "C" fn create_cq<T: IbDriver>(
             comp_vector: a.comp_vector,
             flags: a.flags,
         };
+        let owner = Owner::of(&udata);
         let (data, cqe) = T::create_cq(d, &init, udata.as_ref(), CqRef(cq))?;
         // SAFETY: the data of a fresh CQ block is uninitialised; `cqe` is ours to report.
         unsafe {
             (*cq).cqe = cqe as i32;
-            CqObj::<T>::init(cq, data);
+            CqObj::<T>::init(cq, data, owner);
         }
         Ok(0)
     })
@@ -546,12 +593,13 @@ unsafe extern "C" fn create_qp<T: IbDriver>(
             };
             (PdObj::<T>::data((*qp).pd), links)
         };
+        let owner = Owner::of(&udata);
         let (data, qpn) = T::create_qp(d, pd, &mut qi, udata.as_ref(), links)?;
         cap_to_raw(&qi.cap, &mut ia.cap);
         // SAFETY: the data of a fresh QP block is uninitialised; the QPN is ours to set.
         unsafe {
             (*qp).qp_num = qpn;
-            QpObj::<T>::init(qp, data);
+            QpObj::<T>::init(qp, data, owner);
         }
         Ok(0)
     })
@@ -762,6 +810,8 @@ unsafe extern "C" fn reg_user_mr<T: IbDriver>(
         let obj = KBox::new(
             MrObj::<T> {
                 ib: Opaque::uninit(),
+                // Pinned user pages, whoever asked.
+                owner: Owner::User,
                 data: MaybeUninit::uninit(),
             },
             GFP_KERNEL_ACCOUNT,
@@ -826,9 +876,10 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
         // SAFETY: `init` is valid per the contract above.
         let sleepable =
             unsafe { (*init).flags } & b::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
+        let owner = Owner::of(&udata);
         let data = T::create_ah(d, pd, &av, udata.as_ref(), sleepable)?;
         // SAFETY: the data of a fresh AH block is uninitialised.
-        unsafe { AhObj::<T>::init(ah, data) };
+        unsafe { AhObj::<T>::init(ah, data, owner) };
         Ok(0)
     })
 }
@@ -872,11 +923,12 @@ unsafe extern "C" fn create_srq<T: IbDriver>(
             max_sge: ia.attr.max_sge,
             srq_limit: ia.attr.srq_limit,
         };
+        let owner = Owner::of(&udata);
         let data = T::create_srq(d, pd, &mut attr, udata.as_ref(), SrqRef(srq))?;
         ia.attr.max_wr = attr.max_wr;
         ia.attr.max_sge = attr.max_sge;
         // SAFETY: the data of a fresh SRQ block is uninitialised.
-        unsafe { SrqObj::<T>::init(srq, data) };
+        unsafe { SrqObj::<T>::init(srq, data, owner) };
         Ok(0)
     })
 }
@@ -944,7 +996,10 @@ unsafe extern "C" fn destroy_srq<T: IbDriver>(
 }
 
 /// `post_send`: a user QP's doorbell arrives with an empty list (uverbs `POST_SEND` with
-/// `wr_count == 0`); a kernel consumer's list goes to [`super::kverbs::post_send`].
+/// `wr_count == 0`); a kernel consumer's list goes to [`super::kverbs::post_send`]. A list on a
+/// user QP (a raw uverbs `POST_SEND` command: its WRs come from user space, their SGE addresses
+/// are user-chosen) gets `EINVAL`, as in rdma_rxe: user WRs travel through the shared SQ ring
+/// only.
 ///
 /// # Safety
 ///
@@ -955,8 +1010,18 @@ unsafe extern "C" fn post_send<T: IbDriver>(
     bad_wr: *mut *const b::ib_send_wr,
 ) -> i32 {
     if !wr.is_null() {
-        // SAFETY: per the contract above.
-        return unsafe { super::kverbs::post_send::<T>(qp, wr, bad_wr) };
+        // SAFETY: per the contract above, the QP is live and initialised.
+        return match unsafe { QpObj::<T>::kernel_consumer(qp) } {
+            // SAFETY: per the contract above; `who` proves the chain is a kernel consumer's.
+            Some(who) => unsafe { super::kverbs::post_send::<T>(who, qp, wr, bad_wr) },
+            None => {
+                if !bad_wr.is_null() {
+                    // SAFETY: ib_core passes a writable `bad_wr` slot.
+                    unsafe { *bad_wr = wr };
+                }
+                EINVAL.to_errno()
+            }
+        };
     }
     from_result(|| {
         // SAFETY: per the contract above.

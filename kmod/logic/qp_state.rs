@@ -70,6 +70,23 @@ impl QpState {
         self as u32
     }
 
+    /// Whether a modify to `target`, validated while the QP was in `validated_from`, still sets
+    /// its state when the QP is found in `now` as the modify is applied (under the QP lock).
+    ///
+    /// Only the data path moves a QP between validation and application, and only into ERR
+    /// (a fatal error) or SQE (a send error on UC/UD). Such a move is ordered after the modify:
+    /// it sticks, unless the modify itself goes to RESET or ERR, which IBTA allows from every
+    /// state. Without a move (`now == validated_from`) the modify always applies.
+    pub const fn modify_applies(validated_from: QpState, now: QpState, target: QpState) -> bool {
+        if now as u32 == validated_from as u32 {
+            return true;
+        }
+        match now {
+            QpState::Err | QpState::Sqe => matches!(target, QpState::Reset | QpState::Err),
+            _ => true,
+        }
+    }
+
     /// The IBTA short name ("RESET", "INIT", "RTR", ...), for log messages.
     pub const fn name(self) -> &'static str {
         match self {

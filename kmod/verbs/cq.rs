@@ -9,6 +9,7 @@ use super::{
 };
 use crate::ib::{
     device::Device,
+    kverbs::QpHandle,
     objects::{CqInit, CqRef},
     restrack::ResTable,
     ring::SharedRing,
@@ -37,6 +38,15 @@ fn check_cqe(cqe: u32) -> Result<u32> {
 
 /// A completion ring for `cqe` entries, announced to the provider through `udata`, or for a
 /// kernel consumer (who polls it through `poll_cq`) without.
+/// A kernel CQ's per-slot QP record (`slots` entries); none for a user CQ, whose completions
+/// the provider reads from the ring.
+fn kernel_qps(udata: Option<&Udata>, slots: u32) -> Result<KVVec<QpHandle>> {
+    Ok(match udata {
+        Some(_) => KVVec::new(),
+        None => KVVec::from_elem(QpHandle::default(), slots as usize, GFP_KERNEL)?,
+    })
+}
+
 fn new_ring(udata: Option<&Udata>, cqe: u32) -> Result<(SharedRing, u32)> {
     let slots = uapi::cq_ring_slots(cqe);
     let bytes = uapi::ring_bytes(slots, uapi::CQE_SIZE, kernel::page::PAGE_SIZE);
@@ -83,7 +93,8 @@ pub(super) fn create(
     }
     let (ring, slots) = new_ring(udata, cqe)?;
     let ring = Some(ring);
-    let inner = Arc::pin_init(CqInner::new(ring, slots, ev), GFP_KERNEL_ACCOUNT)?;
+    let qps = kernel_qps(udata, slots)?;
+    let inner = Arc::pin_init(CqInner::new(ring, slots, qps, ev), GFP_KERNEL_ACCOUNT)?;
     dev.data().quota.cq.take(lim::MAX_CQ)?;
     Ok((
         RrxeCq {
@@ -116,7 +127,8 @@ pub(super) fn resize(
     // A new ring with the unconsumed completions moved over; the old one stays mapped (if the
     // provider still maps it) until unmapped.
     let (ring, slots) = new_ring(udata, cqe)?;
-    cq.inner.replace_ring(ring, slots, cqe)?;
+    cq.inner
+        .replace_ring(ring, slots, cqe, kernel_qps(udata, slots)?)?;
     cq.cqe.store(cqe, Ordering::Relaxed);
     Ok(cqe)
 }

@@ -6,6 +6,7 @@ use crate::ib::{
     bh::with_bh_disabled,
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
+    kmem::KernelVirt,
     kverbs::{KSendWr, Wc},
     netdev::NetDev,
     objects::{
@@ -77,7 +78,9 @@ impl Ids {
 
     fn with_keys(first: u32, count: u32) -> Result<Self> {
         let mut ids = Self::new(first, count)?;
-        ids.last_key = KVVec::from_elem(0u8, ids.bits.len() * 64, GFP_KERNEL)?;
+        // Indexed by the id itself: ids run from `first` to `first + 64 * words - 1`.
+        let ids_end = first as usize + ids.bits.len() * 64;
+        ids.last_key = KVVec::from_elem(0u8, ids_end, GFP_KERNEL)?;
         Ok(ids)
     }
 }
@@ -348,12 +351,22 @@ impl IbDriver for Rrxe {
         cq::req_notify(dev, c, solicited_only)
     }
 
-    fn get_dma_mr(dev: &Device<Self>, p: &Self::Pd, access: u32) -> Result<(Self::Mr, MrKeys)> {
-        mr::get_dma(dev, p, access)
+    fn get_dma_mr(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        mem: KernelVirt,
+        access: u32,
+    ) -> Result<(Self::Mr, MrKeys)> {
+        mr::get_dma(dev, p, mem, access)
     }
 
-    fn alloc_mr(dev: &Device<Self>, p: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)> {
-        mr::alloc_fast(dev, p, max_num_sg)
+    fn alloc_mr(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        mem: KernelVirt,
+        max_num_sg: u32,
+    ) -> Result<(Self::Mr, MrKeys)> {
+        mr::alloc_fast(dev, p, mem, max_num_sg)
     }
 
     fn mr_map_begin(dev: &Device<Self>, m: &Self::Mr, page_size: u32) -> Result {
@@ -385,8 +398,8 @@ impl IbDriver for Rrxe {
         s.inner.post_kernel(wr_id, sges)
     }
 
-    fn poll_cq(dev: &Device<Self>, c: &Self::Cq, out: &mut [Wc]) -> usize {
-        c.inner.poll_kernel(&dev.data().fabric, out)
+    fn poll_cq(_dev: &Device<Self>, c: &Self::Cq, out: &mut [Wc]) -> usize {
+        c.inner.poll_kernel(out)
     }
 
     fn res_qp(_dev: &Device<Self>, q: &Self::Qp, t: &mut ResTable) -> Result {

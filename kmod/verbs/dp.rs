@@ -26,7 +26,7 @@ use crate::ib::{
     bh::{self, synchronize_rcu, with_bh_disabled},
     inflight::{self, Gauge, TxWaker},
     kmem::KernelVirt,
-    kverbs::Wc,
+    kverbs::{QpHandle, Wc},
     netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
@@ -336,6 +336,10 @@ struct CqRing {
     /// 0: not armed; 1: next completion; 2: next solicited completion.
     armed: u8,
     overflowed: bool,
+    /// A kernel CQ: the `ib_qp` of each slot's completion, recorded when the completion is
+    /// written (a lookup by QPN at poll time could find the QP gone, or another one after the
+    /// QPN's reuse). Empty for a user CQ.
+    qps: KVVec<QpHandle>,
 }
 
 /// A completion queue as the data path sees it.
@@ -347,20 +351,25 @@ pub(crate) struct CqInner {
 }
 
 impl CqInner {
+    /// `qps`: for a kernel CQ, `slots` entries (see [`CqRing::qps`]); empty for a user CQ.
     pub(crate) fn new(
         ring: Option<SharedRing>,
         slots: u32,
+        qps: KVVec<QpHandle>,
         ev: CqRef,
     ) -> impl PinInit<Self, Error> {
         try_pin_init!(CqInner {
-            st <- new_spinlock!(CqRing { ring, slots, prod: 0, armed: 0, overflowed: false }, "rrxe:cq"),
+            st <- new_spinlock!(
+                CqRing { ring, slots, prod: 0, armed: 0, overflowed: false, qps },
+                "rrxe:cq"
+            ),
             ev,
         }? Error)
     }
 
-    /// Writes a completion; `false` when the CQ is full (the completion is lost and CQ_ERR is
-    /// reported once). Bottom halves disabled.
-    fn push(&self, c: &Cqe, solicited: bool) -> bool {
+    /// Writes a completion of QP `qp`; `false` when the CQ is full (the completion is lost and
+    /// CQ_ERR is reported once). Bottom halves disabled.
+    fn push(&self, c: &Cqe, solicited: bool, qp: QpHandle) -> bool {
         let mut notify = false;
         let ok = {
             let mut st = self.st.lock();
@@ -376,8 +385,11 @@ impl CqInner {
                 }
                 false
             } else {
-                let off = HDR + (st.prod & (st.slots - 1)) as usize * uapi::CQE_SIZE;
-                let _ = ring.write(off, &tp::encode_cqe(c));
+                let slot = (st.prod & (st.slots - 1)) as usize;
+                if let Some(h) = st.qps.get_mut(slot) {
+                    *h = qp;
+                }
+                let _ = ring.write(HDR + slot * uapi::CQE_SIZE, &tp::encode_cqe(c));
                 st.prod = st.prod.wrapping_add(1);
                 ring.store_release(PROD, st.prod);
                 if st.armed == 1 || (st.armed == 2 && solicited) {
@@ -398,8 +410,8 @@ impl CqInner {
     }
 
     /// A kernel consumer's `poll_cq`: moves up to `out.len()` completions out of the ring, each
-    /// with its QP's `ib_qp` (none if the QP is gone). Returns how many.
-    pub(crate) fn poll_kernel(&self, fabric: &Fabric, out: &mut [Wc]) -> usize {
+    /// with the `ib_qp` recorded when it was written. Returns how many.
+    pub(crate) fn poll_kernel(&self, out: &mut [Wc]) -> usize {
         with_bh_disabled(|| {
             let st = self.st.lock();
             let Some(ring) = st.ring.as_ref() else {
@@ -409,17 +421,10 @@ impl CqInner {
             let n = (st.prod.wrapping_sub(cons).min(st.slots) as usize).min(out.len());
             let mut buf = [0u8; uapi::CQE_SIZE];
             for (i, w) in out.iter_mut().take(n).enumerate() {
-                let idx = cons.wrapping_add(i as u32);
-                let _ = ring.read(
-                    HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE,
-                    &mut buf,
-                );
+                let slot = (cons.wrapping_add(i as u32) & (st.slots - 1)) as usize;
+                let _ = ring.read(HDR + slot * uapi::CQE_SIZE, &mut buf);
                 let cqe = tp::decode_cqe(&buf);
-                let qp = fabric
-                    .qps
-                    .get(cqe.qp_num)
-                    .map(|q| q.ev.handle())
-                    .unwrap_or_default();
+                let qp = st.qps.get(slot).copied().unwrap_or_default();
                 *w = Wc { cqe, qp };
             }
             ring.store_release(CONS, cons.wrapping_add(n as u32));
@@ -469,10 +474,17 @@ impl CqInner {
     }
 
     /// Replaces the ring (resize to `cqe` entries in `slots` slots), carrying over completions
-    /// not yet consumed. `EINVAL`, with nothing changed or dropped, when more than `cqe` are
-    /// pending (the check and the swap are one step under the CQ lock).
-    pub(crate) fn replace_ring(&self, new: SharedRing, slots: u32, cqe: u32) -> Result {
-        let old = with_bh_disabled(|| {
+    /// not yet consumed (and, for a kernel CQ, their QPs into `qps`, `slots` entries). `EINVAL`,
+    /// with nothing changed or dropped, when more than `cqe` are pending (the check and the
+    /// swap are one step under the CQ lock).
+    pub(crate) fn replace_ring(
+        &self,
+        new: SharedRing,
+        slots: u32,
+        cqe: u32,
+        mut qps: KVVec<QpHandle>,
+    ) -> Result {
+        let (old, old_qps) = with_bh_disabled(|| {
             let mut st = self.st.lock();
             let pending = Self::pending_locked(&st);
             if pending > cqe || pending > slots {
@@ -483,11 +495,13 @@ impl CqInner {
                 let cons = old.load_acquire(CONS);
                 let mut buf = [0u8; uapi::CQE_SIZE];
                 for i in 0..pending {
-                    let idx = cons.wrapping_add(i);
-                    let from = HDR + (idx & (st.slots - 1)) as usize * uapi::CQE_SIZE;
-                    if old.read(from, &mut buf).is_ok() {
-                        let _ =
-                            new.write(HDR + (moved & (slots - 1)) as usize * uapi::CQE_SIZE, &buf);
+                    let from = (cons.wrapping_add(i) & (st.slots - 1)) as usize;
+                    if old.read(HDR + from * uapi::CQE_SIZE, &mut buf).is_ok() {
+                        let to = (moved & (slots - 1)) as usize;
+                        let _ = new.write(HDR + to * uapi::CQE_SIZE, &buf);
+                        if let (Some(h), Some(q)) = (qps.get_mut(to), st.qps.get(from)) {
+                            *h = *q;
+                        }
                         moved += 1;
                     }
                 }
@@ -496,9 +510,10 @@ impl CqInner {
             st.prod = moved;
             st.slots = slots;
             st.overflowed = false;
-            Ok(st.ring.replace(new))
+            let old_qps = core::mem::replace(&mut st.qps, qps);
+            Ok((st.ring.replace(new), old_qps))
         })?;
-        drop(old);
+        drop((old, old_qps));
         Ok(())
     }
 }
@@ -1045,7 +1060,10 @@ impl QpInner {
         });
     }
 
-    /// Applies a committed modify_qp to the engine: configuration, path, PSNs and state.
+    /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
+    /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
+    /// the validation sticks unless the modify goes to RESET or ERR
+    /// ([`QpState::modify_applies`], decided under the QP lock). Returns the QP's state after.
     pub(crate) fn apply(
         &self,
         cfg: tp::Config,
@@ -1053,12 +1071,14 @@ impl QpInner {
         sq_psn: Option<u32>,
         rq_psn: Option<u32>,
         state: Option<(QpState, bool)>,
-    ) {
+        from: QpState,
+    ) -> QpState {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, 0, None);
-            {
+            let now = {
                 let mut g = self.st.lock();
                 let d = &mut *g;
+                let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
                 d.eng.set_config(cfg);
                 if path.is_some() {
                     d.sh.path = path;
@@ -1072,9 +1092,11 @@ impl QpInner {
                 }
                 d.eng.set_psns(sq_psn, rq_psn);
                 self.finish(cx.sh);
-            }
+                d.eng.state()
+            };
             deliver(&self.fabric, &mut out);
-        });
+            now
+        })
     }
 
     /// What `rdma resource show qp -dd` reports (the rings' fill is clamped to their size: a
@@ -1711,19 +1733,20 @@ impl FastReg {
         Ok(())
     }
 
-    fn read(&self, off: u64, out: &mut [u8]) -> Result {
+    /// `mem`: the capability of the kernel consumer that mapped the pages (the MR's own).
+    fn read(&self, mem: &KernelVirt, off: u64, out: &mut [u8]) -> Result {
         self.chunks(off, out.len(), |kva, at, n| {
-            KernelVirt.read(kva, &mut out[at..at + n])
+            mem.read(kva, &mut out[at..at + n])
         })
     }
 
-    fn write(&self, off: u64, data: &[u8]) -> Result {
+    fn write(&self, mem: &KernelVirt, off: u64, data: &[u8]) -> Result {
         self.chunks(off, data.len(), |kva, at, n| {
-            KernelVirt.write(kva, &data[at..at + n])
+            mem.write(kva, &data[at..at + n])
         })
     }
 
-    fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
+    fn atomic(&self, mem: &KernelVirt, off: u64, op: AtomicOp) -> Result<u64> {
         let mut kva = None;
         self.chunks(off, 8, |k, _, n| {
             // An 8-byte aligned word never straddles a page.
@@ -1733,7 +1756,11 @@ impl FastReg {
             kva = Some(k);
             Ok(())
         })?;
-        MrMem::Kernel(KernelVirt).atomic(kva.ok_or(EINVAL)?, op)
+        let kva = kva.ok_or(EINVAL)?;
+        match op {
+            AtomicOp::CmpSwap { compare, swap } => mem.atomic_cas(kva, compare, swap),
+            AtomicOp::FetchAdd { add } => mem.atomic_fadd(kva, add),
+        }
     }
 }
 
@@ -1783,6 +1810,10 @@ impl Ctx<'_, '_> {
                 f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
             }
             Some(lock) => {
+                // Only a kernel consumer's `alloc_mr` makes a fast MR, with its capability.
+                let MrMem::Kernel(mem) = &m.mem else {
+                    return Err(MemError::BadKey);
+                };
                 let st = lock.lock();
                 if !st.valid || st.key != key {
                     return Err(MemError::BadKey);
@@ -1791,7 +1822,7 @@ impl Ctx<'_, '_> {
                     return Err(MemError::Access);
                 }
                 let off = bounds(st.iova, st.length)?;
-                f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
+                f(MrView::Fast(&st, mem), off).map_err(|_| MemError::Bounds)
             }
         }
     }
@@ -1800,28 +1831,28 @@ impl Ctx<'_, '_> {
 /// The memory of an MR as one access sees it.
 enum MrView<'a> {
     Fixed(&'a MrMem),
-    Fast(&'a FastReg),
+    Fast(&'a FastReg, &'a KernelVirt),
 }
 
 impl MrView<'_> {
     fn read(&self, off: u64, out: &mut [u8]) -> Result {
         match self {
             MrView::Fixed(m) => m.read(off, out),
-            MrView::Fast(f) => f.read(off, out),
+            MrView::Fast(f, mem) => f.read(mem, off, out),
         }
     }
 
     fn write(&self, off: u64, data: &[u8]) -> Result {
         match self {
             MrView::Fixed(m) => m.write(off, data),
-            MrView::Fast(f) => f.write(off, data),
+            MrView::Fast(f, mem) => f.write(mem, off, data),
         }
     }
 
     fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
         match self {
             MrView::Fixed(m) => m.atomic(off, op),
-            MrView::Fast(f) => f.atomic(off, op),
+            MrView::Fast(f, mem) => f.atomic(mem, off, op),
         }
     }
 }
@@ -1980,8 +2011,8 @@ impl Env for Ctx<'_, '_> {
 
     fn complete(&mut self, cq: CqSel, c: &Cqe, solicited: bool) -> bool {
         match cq {
-            CqSel::Send => self.qp.send_cq.push(c, solicited),
-            CqSel::Recv => self.qp.recv_cq.push(c, solicited),
+            CqSel::Send => self.qp.send_cq.push(c, solicited, self.qp.ev.handle()),
+            CqSel::Recv => self.qp.recv_cq.push(c, solicited, self.qp.ev.handle()),
         }
     }
 

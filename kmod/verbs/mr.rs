@@ -64,7 +64,12 @@ pub(super) fn reg_user(
 /// `get_dma_mr`: an MR over the kernel's memory for a kernel consumer (addresses are kernel
 /// virtual addresses under virt-DMA). ib_core calls it from `ib_alloc_pd` for the PD's
 /// `local_dma_lkey`, and with remote rights only for `IB_PD_UNSAFE_GLOBAL_RKEY`.
-pub(super) fn get_dma(dev: &Device<Rrxe>, pd: &RrxePd, access: u32) -> Result<(RrxeMr, MrKeys)> {
+pub(super) fn get_dma(
+    dev: &Device<Rrxe>,
+    pd: &RrxePd,
+    mem: KernelVirt,
+    access: u32,
+) -> Result<(RrxeMr, MrKeys)> {
     mr::check_mr_access(access).map_err(errno)?;
     let data = dev.data();
     let (index, key_byte) = data.alloc_mr_index()?;
@@ -75,7 +80,7 @@ pub(super) fn get_dma(dev: &Device<Rrxe>, pd: &RrxePd, access: u32) -> Result<(R
         access,
         iova: 0,
         length: u64::MAX,
-        mem: MrMem::Kernel(KernelVirt),
+        mem: MrMem::Kernel(mem),
         fast: None,
     };
     let r = Arc::new(inner, GFP_KERNEL)
@@ -100,6 +105,7 @@ pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
 pub(super) fn alloc_fast(
     dev: &Device<Rrxe>,
     pd: &RrxePd,
+    mem: KernelVirt,
     max_num_sg: u32,
 ) -> Result<(RrxeMr, MrKeys)> {
     if max_num_sg == 0 || max_num_sg > lim::MAX_FAST_REG_PAGES {
@@ -134,7 +140,7 @@ pub(super) fn alloc_fast(
             access: 0,
             iova: 0,
             length: 0,
-            mem: MrMem::Kernel(KernelVirt),
+            mem: MrMem::Kernel(mem),
             fast: Some(fast),
         };
         data.fabric.mrs.insert(index, Arc::new(inner, GFP_KERNEL)?)

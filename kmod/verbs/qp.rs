@@ -363,14 +363,14 @@ pub(super) fn modify(
     // Resolving may have slept (route lookup, opening the namespace's socket), and the data path
     // may have moved the QP to ERR meanwhile: validate again against the state as it is now, so
     // the transition is the one IBTA allows from there (from ERR: only RESET or ERR). Nothing
-    // sleeps from here to `apply`. (A move to ERR by the data path in the few instructions
-    // before `apply` takes the QP lock can still be overwritten: closing that needs `apply` to
-    // check the state under its lock.)
+    // sleeps from here to `apply`, and a move the data path makes in between is caught there,
+    // under the QP lock (`QpState::modify_applies`): it is not overwritten.
     let v = if qp.inner.snapshot().0 != a.state {
         validate_now(qp, &mut a, req, &port)?
     } else {
         v
     };
+    let from = a.state;
 
     let srq_sge = if qp.has_srq {
         qp.inner.srq_max_sge()
@@ -391,8 +391,14 @@ pub(super) fn modify(
             port.active_mtu,
             qp.kernel,
         );
-        qp.inner
-            .apply(cfg, None, Some(0), Some(0), Some((QpState::Reset, false)));
+        qp.inner.apply(
+            cfg,
+            None,
+            Some(0),
+            Some(0),
+            Some((QpState::Reset, false)),
+            from,
+        );
         return Ok(());
     }
     // Commit every attribute the request carried (validated above).
@@ -444,12 +450,14 @@ pub(super) fn modify(
         port.active_mtu,
         qp.kernel,
     );
-    qp.inner.apply(
+    // The state the QP is in (the data path's ERR or SQE, if it moved meanwhile).
+    a.state = qp.inner.apply(
         cfg,
         path,
         v.sq_psn.map(|p| p.get()),
         v.rq_psn.map(|p| p.get()),
         state_change,
+        from,
     );
     Ok(())
 }

@@ -33,6 +33,7 @@ pub use self::wqe::{decode_send_wqe, RecvWr};
 pub use self::wqe::{encode_recv_wqe, encode_send_wqe, encode_sge};
 pub use crate::logic::stats::{Counters, Stat};
 use crate::logic::{
+    limits,
     opcode::{self, Transport},
     psn::Psn,
     qp_state::{QpState, QpType},
@@ -775,9 +776,15 @@ where
             }
         } else {
             let mut r = RecvWr::default();
-            // Bounded by the ring: each Taken consumed a WQE; a broken ring answers Bad once
-            // and the flush stops there.
-            while env.recv_take(&mut r) == RecvTake::Taken {
+            // At most one ring's worth per pass (a ring has at most MAX_QP_WR slots): the
+            // producer is user-writable and is read again on every take, so a user that keeps
+            // posting would otherwise keep this loop (under the QP lock) going for ever. WRs
+            // posted during the pass are flushed by the next one (their doorbell). A broken
+            // ring answers Bad once and the flush stops there.
+            for _ in 0..limits::MAX_QP_WR {
+                if env.recv_take(&mut r) != RecvTake::Taken {
+                    break;
+                }
                 self.post(
                     env,
                     CqSel::Recv,

@@ -19,6 +19,15 @@
 //!                  IBV_SEND_SOLICITED raises no event, one with it does, so does an
 //!                  RDMA_WRITE_WITH_IMM with it, and so does an unsuccessful receive
 //!                  completion (a SEND longer than the receive buffer; IBTA 11.4.2.2);
+//!       user_lists: (issue 25) raw uverbs commands that carry work requests on user objects, as
+//!                  a hostile process would write them on its command fd: POST_SEND with an
+//!                  inline SEND whose SGE names kernel memory (linux_banner from
+//!                  /proc/kallsyms, and an unmapped kernel address, and a user address) in
+//!                  RESET, INIT and RTS -> EINVAL every time, no kernel byte in any of the
+//!                  process's uverbs mappings, no completion, and the QP still works through
+//!                  its rings. POST_RECV, POST_SRQ_RECV and POLL_CQ -> EOPNOTSUPP: ib_uverbs
+//!                  does not offer them for the device (its command mask enables POST_SEND,
+//!                  the doorbell, and REQ_NOTIFY_CQ only, as rdma_rxe's does);
 //!       cq:        a CQ overflow moves the QP to ERR with exactly one CQ_ERR event;
 //!                  ibv_resize_cq to fewer entries than completions waiting fails with EINVAL
 //!                  and every waiting completion is still there.
@@ -290,8 +299,164 @@ fn destroy_outstanding(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String>
 
 unsafe extern "C" {
     /// libibverbs' private `ibv_cmd_post_send`: with a NULL list it is the provider's doorbell
-    /// (`POST_SEND` with no WRs), rung here behind the provider's back.
+    /// (`POST_SEND` with no WRs), rung here behind the provider's back; with a list it writes
+    /// the WRs into the uverbs command itself. Returns 0 or an errno.
     fn ibv_cmd_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32;
+    /// uverbs `POST_RECV` with the WRs in the command. Returns 0 or an errno.
+    fn ibv_cmd_post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32;
+    /// uverbs `POST_SRQ_RECV` with the WRs in the command. Returns 0 or an errno.
+    fn ibv_cmd_post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32;
+    /// uverbs `POLL_CQ`: the number of completions, or -1 with errno set.
+    fn ibv_cmd_poll_cq(cq: *mut ibv_cq, ne: i32, wc: *mut ibv_wc) -> i32;
+}
+
+/// The address of kernel symbol `name` from /proc/kallsyms (0 when hidden).
+fn kallsym(name: &str) -> u64 {
+    let all = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    all.lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+            (n == name).then(|| u64::from_str_radix(a, 16).ok()).flatten()
+        })
+        .unwrap_or(0)
+}
+
+/// Whether any uverbs mapping of this process holds `needle`.
+fn uverbs_maps_hold(needle: &[u8]) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for l in maps.lines().filter(|l| l.contains("uverbs")) {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let Some((lo, hi)) = range.split_once('-') else { continue };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
+        if !perms.starts_with('r') {
+            continue;
+        }
+        // SAFETY: a live readable mapping of the process, read byte by byte (volatile: the
+        // kernel writes it).
+        let bytes: Vec<u8> = (lo..hi).map(|a| unsafe { std::ptr::read_volatile(a as *const u8) }).collect();
+        if bytes.windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+    }
+    false
+}
+
+/// One raw POST_SEND of an inline SEND from kernel address `addr` (48 bytes): EINVAL; then one
+/// raw POST_RECV with a receive buffer at `addr`: EOPNOTSUPP (not offered by ib_uverbs).
+fn raw_lists_refused(qp: &Qp, addr: u64, at: &str) -> Result<(), String> {
+    let mut sge = ibv_sge { addr, length: 48, lkey: 0 };
+    let mut w = ibv_send_wr {
+        wr_id: 0xbad,
+        opcode: IBV_WR_SEND,
+        send_flags: IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+        num_sge: 1,
+        sg_list: &mut sge,
+        ..zeroed()
+    };
+    let mut bad = std::ptr::null_mut();
+    // SAFETY: a live QP and a valid one-WR list (its SGE names kernel memory: the point).
+    let rs = unsafe { ibv_cmd_post_send(qp.ptr, &mut w, &mut bad) };
+    let mut rsge = ibv_sge { addr, length: 48, lkey: 0 };
+    let mut rw = ibv_recv_wr { wr_id: 0xbad, num_sge: 1, sg_list: &mut rsge, ..zeroed() };
+    let mut rbad = std::ptr::null_mut();
+    // SAFETY: as above, for a receive list.
+    let rr = unsafe { ibv_cmd_post_recv(qp.ptr, &mut rw, &mut rbad) };
+    if rs != libc::EINVAL || rr != libc::EOPNOTSUPP {
+        return Err(format!(
+            "{at}, address {addr:#x}: POST_SEND returned {}, POST_RECV {}, want EINVAL, EOPNOTSUPP",
+            ename(rs),
+            ename(rr)
+        ));
+    }
+    Ok(())
+}
+
+fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
+    let banner = kallsym("linux_banner");
+    let unmapped = 0xffff_ffff_ff00_0000u64;
+    r.info("errors.user_lists", format!("linux_banner at {banner:#x}"));
+    let mut addrs = vec![unmapped];
+    if banner != 0 {
+        addrs.insert(0, banner);
+    }
+    let c = ibv_qp_cap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    let a = Side::new(da, IBV_QPT_RC, c, 64, MR)?;
+    let mut res = Ok(());
+    for &addr in &addrs {
+        res = res.and_then(|_| raw_lists_refused(&a.qp, addr, "RESET"));
+    }
+    r.result("errors.user_lists.reset_einval", res);
+    let init = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        qp_access_flags: IBV_ACCESS_LOCAL_WRITE,
+        ..zeroed()
+    };
+    a.qp.modify(&init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
+        .map_err(|e| format!("modify_qp(INIT): {}", ename(e)))?;
+    let mut res = Ok(());
+    for &addr in &addrs {
+        res = res.and_then(|_| raw_lists_refused(&a.qp, addr, "INIT"));
+    }
+    r.result("errors.user_lists.init_einval", res);
+    drop(a);
+
+    let (a, b) = pair(da, db, 16, 25)?;
+    let mut res = Ok(());
+    for &addr in &addrs {
+        res = res.and_then(|_| raw_lists_refused(&a.qp, addr, "RTS"));
+    }
+    r.result("errors.user_lists.rts_einval", res);
+    // A user address through the command path is refused the same way: WRs of a user QP
+    // travel through its SQ ring only.
+    r.result("errors.user_lists.user_address_einval", raw_lists_refused(&a.qp, a.addr(), "RTS"));
+    r.result(
+        "errors.user_lists.no_completion",
+        match dp::drain(&a.cq, Duration::from_millis(300))[..] {
+            [] => Ok(()),
+            ref w => Err(format!("unexpected completions: {}", w.iter().map(dp::wc_str).collect::<Vec<_>>().join("; "))),
+        },
+    );
+    r.result("errors.user_lists.qp_still_works", round_trip(&a, &b));
+
+    // SAFETY: a live PD; a zeroed init attr with a small queue.
+    let srq = unsafe {
+        let mut ia: ibv_srq_init_attr = zeroed();
+        ia.attr.max_wr = 16;
+        ia.attr.max_sge = 1;
+        ibv_create_srq(a.pd.ptr, &mut ia)
+    };
+    if srq.is_null() {
+        r.fail("errors.user_lists.srq_refused", format!("ibv_create_srq: {}", ename(util::errno())));
+    } else {
+        let mut rsge = a.sge(0, 64);
+        let mut rw = ibv_recv_wr { wr_id: 0xbad, num_sge: 1, sg_list: &mut rsge, ..zeroed() };
+        let mut rbad = std::ptr::null_mut();
+        // SAFETY: a live SRQ and a valid one-WR list.
+        let rc = unsafe { ibv_cmd_post_srq_recv(srq, &mut rw, &mut rbad) };
+        r.result(
+            "errors.user_lists.srq_refused",
+            if rc == libc::EOPNOTSUPP { Ok(()) } else { Err(format!("POST_SRQ_RECV returned {}, want EOPNOTSUPP", ename(rc))) },
+        );
+        // SAFETY: the SRQ was created above and nothing uses it.
+        unsafe { ibv_destroy_srq(srq) };
+    }
+    let mut wc: ibv_wc = zeroed();
+    // SAFETY: a live CQ and room for one completion.
+    let n = unsafe { ibv_cmd_poll_cq(a.cq.ptr, 1, &mut wc) };
+    let e = util::errno();
+    r.result(
+        "errors.user_lists.poll_cq_eopnotsupp",
+        if n < 0 && e == libc::EOPNOTSUPP { Ok(()) } else { Err(format!("POLL_CQ returned {n} ({})", ename(e))) },
+    );
+    r.result(
+        "errors.user_lists.no_kernel_bytes_in_rings",
+        if uverbs_maps_hold(b"Linux version") { Err("a uverbs mapping holds \"Linux version\"".into()) } else { Ok(()) },
+    );
+    drop((a, b));
+    Ok(())
 }
 
 /// Offsets in the ring header (uapi `RingHeader`: 64-byte cache lines).
@@ -679,7 +844,8 @@ fn main() -> ExitCode {
             "--dev" => dp::arg_val(&mut args, &a).map(|v| dev = v),
             "--dev2" => dp::arg_val(&mut args, &a).map(|v| dev2 = Some(v)),
             // rdma_rxe's rings have another layout, and its CQ overflow other rules: the
-            // hostile and cq checks are rrxe's.
+            // hostile and cq checks are rrxe's; so is user_lists (rdma_rxe ignores a user
+            // QP's list in RTS and polls user CQs through uverbs).
             "--no-hostile" => {
                 hostile_rings = false;
                 Ok(())
@@ -738,8 +904,10 @@ fn main() -> ExitCode {
         ("errors.hostile", hostile),
         ("errors.solicited", solicited),
         ("errors.cq", cq),
+        ("errors.user_lists", user_lists),
     ] {
-        if (name == "errors.hostile" || name == "errors.cq") && !hostile_rings {
+        let rrxe_only = ["errors.hostile", "errors.cq", "errors.user_lists"];
+        if rrxe_only.contains(&name) && !hostile_rings {
             continue;
         }
         if let Err(e) = f(&da, db, &mut r) {
