@@ -5,6 +5,14 @@
 
 /// Queue pairs per device.
 pub const MAX_QP: u32 = 16 * 1024;
+
+/// Share of every per-device object limit that user contexts may take: the rest (1/64 of
+/// the limit) is kept for kernel consumers (ib_mad's GSI QP, ib_cm and rdma_cm, nvmet and the
+/// storage ULPs), so that one user who creates objects until refused cannot starve them.
+/// Per-user limits beyond that are the rdma cgroup's (`rdma.max`), which ib_core charges.
+pub const fn user_max(max: u32) -> u32 {
+    max - max / 64
+}
 /// Work requests per send or receive queue.
 pub const MAX_QP_WR: u32 = 16 * 1024;
 /// Scatter/gather entries per send or receive WR.
@@ -59,7 +67,7 @@ pub const NUM_COMP_VECTORS: u32 = 1;
 pub const PHYS_PORT_CNT: u32 = 1;
 /// Local CA ACK delay (4.096 us * 2^n) reported to peers.
 pub const LOCAL_CA_ACK_DELAY: u8 = 15;
-/// Firmware version reported as `fw_ver` (major << 32 | minor << 16 | sub).
-pub const FW_VER: u64 = (0u64 << 32) | (1 << 16);
+/// Firmware version reported as `fw_ver` (major << 32 | minor << 16 | sub): 0.1.0.
+pub const FW_VER: u64 = 1 << 16;
 /// Size of a management datagram (`IB_MGMT_MAD_SIZE`), reported as the port's MAD size.
 pub const IB_MGMT_MAD_SIZE: u32 = 256;

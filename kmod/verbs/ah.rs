@@ -47,7 +47,7 @@ pub(super) fn create(
     } else {
         GFP_ATOMIC
     };
-    data.quota.ah.take(lim::MAX_AH)?;
+    data.quota.ah.take_for(lim::MAX_AH, udata.is_some())?;
     let num = match data.alloc_ah_num() {
         Ok(n) => n,
         Err(e) => {

@@ -95,7 +95,7 @@ pub(super) fn create(
     let ring = Some(ring);
     let qps = kernel_qps(udata, slots)?;
     let inner = Arc::pin_init(CqInner::new(ring, slots, qps, ev), GFP_KERNEL_ACCOUNT)?;
-    dev.data().quota.cq.take(lim::MAX_CQ)?;
+    dev.data().quota.cq.take_for(lim::MAX_CQ, udata.is_some())?;
     Ok((
         RrxeCq {
             inner,

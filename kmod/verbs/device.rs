@@ -33,6 +33,13 @@ pub(crate) struct Rrxe;
 pub(crate) struct Quota(AtomicU32);
 
 impl Quota {
+    /// Counts one more object for a user context (`user`, the create verb had udata) or a
+    /// kernel consumer: `ENOMEM` at [`lim::user_max`] of `max` for a user, at `max` for the
+    /// kernel (which keeps the difference in reserve).
+    pub(crate) fn take_for(&self, max: u32, user: bool) -> Result {
+        self.take(if user { lim::user_max(max) } else { max })
+    }
+
     /// Counts one more object, or `ENOMEM` at `max`.
     pub(crate) fn take(&self, max: u32) -> Result {
         self.0

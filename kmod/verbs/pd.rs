@@ -13,7 +13,7 @@ pub(super) fn alloc(dev: &Device<Rrxe>, udata: Option<&Udata>) -> Result<RrxePd>
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
-    dev.data().quota.pd.take(lim::MAX_PD)?;
+    dev.data().quota.pd.take_for(lim::MAX_PD, udata.is_some())?;
     Ok(RrxePd)
 }
 

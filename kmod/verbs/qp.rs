@@ -247,7 +247,7 @@ pub(super) fn create(
     let srq = links.srq.map(|s| s.inner.clone());
     let srq_sge = srq.as_ref().map_or(0, |s| s.max_sge);
     let data = dev.data();
-    data.quota.qp.take(lim::MAX_QP)?;
+    data.quota.qp.take_for(lim::MAX_QP, udata.is_some())?;
     let qpn = match qp_type {
         // The GSI QP is always QP1 (reserved in the QPN allocator); the QP table refuses a
         // second one.

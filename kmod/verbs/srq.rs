@@ -49,7 +49,7 @@ pub(super) fn create(
         u.respond(&uapi::CreateSrqResp { rq: info })?;
     }
     let data = dev.data();
-    data.quota.srq.take(lim::MAX_SRQ)?;
+    data.quota.srq.take_for(lim::MAX_SRQ, udata.is_some())?;
     let inner = match Arc::pin_init(
         SrqInner::new(
             ring,

@@ -147,3 +147,24 @@ fn a_data_path_move_to_err_is_not_overwritten_by_a_racing_modify() {
         }
     }
 }
+
+/// Users may fill every object table only up to `user_max`: a reserve stays for kernel
+/// consumers (ib_cm, rdma_cm, nvmet) on every limit.
+#[test]
+fn every_object_limit_keeps_a_reserve_for_kernel_consumers() {
+    for max in [
+        limits::MAX_QP,
+        limits::MAX_CQ,
+        limits::MAX_PD,
+        limits::MAX_AH,
+        limits::MAX_SRQ,
+    ] {
+        let user = limits::user_max(max);
+        assert!(user < max, "{max}: no reserve");
+        assert!(max - user >= 64, "{max}: reserve of {} only", max - user);
+        assert!(
+            user >= max - max / 32,
+            "{max}: users lose too much ({user})"
+        );
+    }
+}
