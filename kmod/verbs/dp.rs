@@ -48,7 +48,7 @@ use crate::logic::{
 use crate::uapi::{self, Cqe, RingHeader, SendWqe, Sge};
 use core::{
     mem::{offset_of, size_of},
-    sync::atomic::{fence, AtomicU64, Ordering},
+    sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
@@ -94,16 +94,54 @@ const FLAGS: usize = offset_of!(RingHeader, flags);
 const HDR: usize = uapi::RING_HEADER_SIZE;
 
 /// A table of objects by small index, reachable from any context.
+///
+/// Teardown protocol (so that an object's last reference is dropped by its owner, in process
+/// context, never by a reader in softirq): readers take an entry with [`Table::get`], a
+/// [`Held`] that they drop before the section with bottom halves disabled in which they took
+/// it ends (an RCU read-side section); the owner unpublishes the entry with
+/// [`Table::remove_and_wait`], which waits for a grace period only if some reader holds an
+/// entry of this table at that moment, and then drops the reference it gets back.
 #[pin_data]
 pub(crate) struct Table<T> {
     #[pin]
     slots: SpinLock<KVVec<Option<Arc<T>>>>,
+    /// [`Held`] references alive, for any entry.
+    held: AtomicUsize,
+}
+
+/// A reader's reference to a table entry ([`Table::get`]); dropped before the section with
+/// bottom halves disabled that took it ends. Not `Clone`: the reference cannot escape the
+/// count.
+pub(crate) struct Held<'t, T> {
+    // Field order is drop order: the reference goes first, then the count says so.
+    arc: Arc<T>,
+    _count: HeldCount<'t>,
+}
+
+struct HeldCount<'t>(&'t AtomicUsize);
+
+impl Drop for HeldCount<'_> {
+    fn drop(&mut self) {
+        // Release: the reference dropped before this is seen by `remove_and_wait`'s acquire.
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl<T> core::ops::Deref for Held<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.arc
+    }
 }
 
 impl<T: Send + Sync> Table<T> {
     fn new(n: u32) -> Result<impl PinInit<Self, Error>> {
         let v = KVVec::from_elem(None, n as usize, GFP_KERNEL)?;
-        Ok(try_pin_init!(Table { slots <- new_spinlock!(v, "rrxe:table") }? Error))
+        Ok(try_pin_init!(Table {
+            slots <- new_spinlock!(v, "rrxe:table"),
+            held: AtomicUsize::new(0),
+        }? Error))
     }
 
     pub(crate) fn insert(&self, i: u32, v: Arc<T>) -> Result {
@@ -120,30 +158,49 @@ impl<T: Send + Sync> Table<T> {
         })
     }
 
-    /// Removes entry `i` and makes sure no receive path or doorbell still uses it, waiting for
-    /// a grace period only when one might: users take their reference under the table lock, in
-    /// sections with bottom halves disabled, so once the entry is gone, holding the only
-    /// reference means nobody is inside such a section with it. (A destroy that always waited
-    /// cost a grace period, about 15 ms on the test guest, per object.)
-    pub(crate) fn remove_quiesced(&self, i: u32) {
+    /// Unpublishes entry `i` and returns it once no reader holds it (process context): a
+    /// reader that found it took its [`Held`] under the table lock, before the removal, in a
+    /// section with bottom halves disabled, so one grace period after the removal it has
+    /// dropped it. The grace period (about 15 ms on the test guest) is paid only when some
+    /// reader holds an entry of this table as the entry leaves: an idle teardown pays none.
+    pub(crate) fn remove_and_wait(&self, i: u32) -> Option<Arc<T>> {
         let v = with_bh_disabled(|| self.slots.lock().get_mut(i as usize).and_then(Option::take));
-        if let Some(v) = v {
-            if v.into_unique_or_drop().is_none() {
-                // A user still had it: it drops the last reference when its section ends.
-                synchronize_rcu();
-            }
+        // Acquire: pairs with the readers' release in `HeldCount::drop`; a reader that took
+        // this entry counted itself under the lock, before the removal.
+        if v.is_some() && self.held.load(Ordering::Acquire) != 0 {
+            synchronize_rcu();
+        }
+        v
+    }
+
+    /// Removes entry `i`, waits for its readers ([`Table::remove_and_wait`]) and drops it
+    /// here: for objects whose table reference is the only one besides the readers' (MRs),
+    /// whose teardown may sleep (`ib_umem_release`). Returns `false` if a reference was still
+    /// held elsewhere after all (a broken protocol: then the last one is dropped there).
+    pub(crate) fn remove_quiesced(&self, i: u32) -> bool {
+        match self.remove_and_wait(i) {
+            Some(v) => v.into_unique_or_drop().is_some(),
+            None => true,
         }
     }
 
-    /// Removes entry `i` without waiting (any context): for objects whose users hold their own
-    /// reference while using them, and whose number may be reused at once.
+    /// Removes entry `i` without waiting (any context): for objects whose teardown never
+    /// sleeps (AHs), and whose number may be reused at once.
     pub(crate) fn take(&self, i: u32) -> Option<Arc<T>> {
         with_bh_disabled(|| self.slots.lock().get_mut(i as usize).and_then(Option::take))
     }
 
-    /// Looks up entry `i` (bottom halves disabled).
-    pub(crate) fn get(&self, i: u32) -> Option<Arc<T>> {
-        self.slots.lock().get(i as usize).and_then(|e| e.clone())
+    /// Looks up entry `i` (bottom halves disabled: the [`Held`] must be dropped before they
+    /// are enabled again).
+    pub(crate) fn get(&self, i: u32) -> Option<Held<'_, T>> {
+        let s = self.slots.lock();
+        let arc = s.get(i as usize).and_then(|e| e.clone())?;
+        // Counted under the lock: a removal after this sees the count.
+        self.held.fetch_add(1, Ordering::Relaxed);
+        Some(Held {
+            arc,
+            _count: HeldCount(&self.held),
+        })
     }
 }
 

@@ -94,9 +94,11 @@ pub(super) fn get_dma(
 }
 
 pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
-    // After this no data-path access can start, and none is still running: the pages are
-    // released with the last reference.
-    dev.data().fabric.mrs.remove_quiesced(region.index);
+    // After this no data-path access can start, none is still running, and the pages were
+    // released here, in process context, with the last reference.
+    if !dev.data().fabric.mrs.remove_quiesced(region.index) {
+        pr_warn!("rrxe: an MR reference outlived its readers' sections (teardown protocol)\n");
+    }
     dev.data().free_mr_index(region.index);
 }
 
@@ -191,18 +193,48 @@ pub(super) fn map_page(dev: &Device<Rrxe>, region: &RrxeMr, addr: u64) -> Result
     })
 }
 
+/// What backs an MR, read in one section with bottom halves disabled.
+enum Backing {
+    Fast {
+        valid: bool,
+        npages: usize,
+        max: usize,
+        page_size: u64,
+    },
+    User {
+        bytes: usize,
+    },
+    Dma,
+}
+
 /// `rdma resource show mr -dd`: what backs the MR (pinned user pages, the kernel's memory, or a
 /// fast-registration page list and its state).
 pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Result {
-    let Some(m) = with_bh_disabled(|| dev.data().fabric.mrs.get(region.index)) else {
-        return Ok(());
-    };
-    match (&m.fast, &m.mem) {
-        (Some(lock), _) => {
-            let (valid, npages, max, ps) = with_bh_disabled(|| {
+    // The table reference is a reader's: dropped before bottom halves are enabled again.
+    let backing = with_bh_disabled(|| {
+        let m = dev.data().fabric.mrs.get(region.index)?;
+        Some(match (&m.fast, &m.mem) {
+            (Some(lock), _) => {
                 let st = lock.lock();
-                (st.valid, st.npages, st.max_pages, st.page_size)
-            });
+                Backing::Fast {
+                    valid: st.valid,
+                    npages: st.npages,
+                    max: st.max_pages,
+                    page_size: st.page_size,
+                }
+            }
+            (None, MrMem::User(u)) => Backing::User { bytes: u.len() },
+            (None, MrMem::Kernel(_)) => Backing::Dma,
+        })
+    });
+    match backing {
+        None => {}
+        Some(Backing::Fast {
+            valid,
+            npages,
+            max,
+            page_size,
+        }) => {
             t.str(c_str!("type"), c_str!("fast_reg"))?;
             t.str(
                 c_str!("state"),
@@ -214,16 +246,16 @@ pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Resu
             )?;
             t.u32(c_str!("pages"), npages as u32)?;
             t.u32(c_str!("max_pages"), max as u32)?;
-            t.u64(c_str!("page_size"), ps)?;
+            t.u64(c_str!("page_size"), page_size)?;
         }
-        (None, MrMem::User(u)) => {
+        Some(Backing::User { bytes }) => {
             t.str(c_str!("type"), c_str!("user"))?;
             t.u64(
                 c_str!("pages"),
-                (u.len() as u64).div_ceil(kernel::page::PAGE_SIZE as u64),
+                (bytes as u64).div_ceil(kernel::page::PAGE_SIZE as u64),
             )?;
         }
-        (None, MrMem::Kernel(_)) => t.str(c_str!("type"), c_str!("dma"))?,
+        Some(Backing::Dma) => t.str(c_str!("type"), c_str!("dma"))?,
     }
     Ok(())
 }

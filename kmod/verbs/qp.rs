@@ -565,7 +565,10 @@ pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
     // the table (a doorbell cannot race with destroy: ib_core excludes it). Its QPN is free for
     // reuse once it has left the table.
     qp.inner.shutdown();
-    drop(dev.data().fabric.qps.take(qp.qpn));
+    // Unpublished, and no receive path or delivery holds it any more: the QP's own reference
+    // (`inner`, dropped with the QP right after this) is the last, in process context, where
+    // its rings' mmap entries and work item may be torn down.
+    drop(dev.data().fabric.qps.remove_and_wait(qp.qpn));
     if qp.qpn != GSI_QPN {
         dev.data().free_qpn(qp.qpn);
     }
