@@ -130,8 +130,8 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     ) -> Result;
     /// `query_qp`.
     fn query_qp(dev: &Device<Self>, qp: &Self::Qp) -> Result<QpSnapshot>;
-    /// `destroy_qp` (any state): runs before the data is dropped.
-    fn destroy_qp(dev: &Device<Self>, qp: &Self::Qp);
+    /// `destroy_qp` (any state, process context): the driver gets its data back and drops it.
+    fn destroy_qp(dev: &Device<Self>, qp: Self::Qp);
     /// `reg_user_mr`. Publishing the MR (making it reachable by key) must be its last fallible
     /// step: once it returns `Ok`, nothing fails any more.
     fn reg_user_mr(

@@ -88,6 +88,17 @@ impl<C, D> Obj<C, D> {
         }
     }
 
+    /// Moves the data out (the object is left with uninitialised data).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` with initialised data
+    /// that nothing uses any more; the data is not used or dropped through `ptr` afterwards.
+    unsafe fn take_data(ptr: *mut C) -> D {
+        // SAFETY: per the contract above.
+        unsafe { (*ptr.cast::<Self>()).data.assume_init_read() }
+    }
+
     /// # Safety
     ///
     /// `ptr` must be the ib_core struct at offset 0 of a live `Obj<C, D>` with initialised data
@@ -722,11 +733,9 @@ unsafe extern "C" fn query_qp<T: IbDriver>(
 ///
 /// ib_core passes a QP that `create_qp` created and nothing uses any more.
 unsafe extern "C" fn destroy_qp<T: IbDriver>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> i32 {
-    // SAFETY: per the contract above.
-    unsafe {
-        T::destroy_qp(dev::<T>((*qp).device), QpObj::<T>::data(qp));
-        QpObj::<T>::drop_data(qp);
-    }
+    // SAFETY: per the contract above: the data is moved out once, and ib_core frees the block
+    // after we return without touching our part of it.
+    unsafe { T::destroy_qp(dev::<T>((*qp).device), QpObj::<T>::take_data(qp)) };
     0
 }
 

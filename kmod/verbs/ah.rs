@@ -85,7 +85,7 @@ pub(super) fn create(
 
 /// Destroys `ah`, in any context (kernel consumers destroy AHs under `spin_lock_irqsave`). No
 /// grace period is needed: a packet being sent with the AH holds its own reference to the
-/// resolved path (the table hands out `Arc`s), and a UD WQE that still names the number later
+/// resolved path (a `Held` from the table; an AH's teardown never sleeps), and a UD WQE that still names the number later
 /// is the caller's bug (ib_core forbids destroying an AH in use): it finds no AH, or one of
 /// its own PD that reused the number.
 pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, _sleepable: bool) {

@@ -283,7 +283,7 @@ impl IbDriver for Rrxe {
         qp::query(dev, q)
     }
 
-    fn destroy_qp(dev: &Device<Self>, q: &Self::Qp) {
+    fn destroy_qp(dev: &Device<Self>, q: Self::Qp) {
         qp::destroy(dev, q)
     }
 

@@ -947,8 +947,9 @@ impl QpInner {
         self.retry.shutdown_sync();
         self.reack.shutdown_sync();
         // Last: a receive path that took the QP from its table before the owner removes it
-        // either holds the lock now (and is waited for here) or finds it closed. So no grace
-        // period is needed after the removal, and the receive path pays nothing for it.
+        // either holds the lock now (and is waited for here) or finds it closed, so nothing
+        // acts on it any more. Its reference may still be held until the end of that path's
+        // section: the owner's `Table::remove_and_wait` waits for that.
         with_bh_disabled(|| self.st.lock().sh.closed = true);
     }
 

@@ -559,18 +559,22 @@ pub(super) fn detach_mcast(dev: &Device<Rrxe>, qp: &RrxeQp, gid: [u8; 16]) -> Re
     dev.data().fabric.mcast.detach(gid, qp.qpn)
 }
 
-pub(super) fn destroy(dev: &Device<Rrxe>, qp: &RrxeQp) {
+pub(super) fn destroy(dev: &Device<Rrxe>, qp: RrxeQp) {
     // No packet, doorbell or timer acts on the QP after this: `shutdown` stops the timers and
     // the work item and closes the QP under its lock against packets that still find it in
     // the table (a doorbell cannot race with destroy: ib_core excludes it). Its QPN is free for
     // reuse once it has left the table.
     qp.inner.shutdown();
     // Unpublished, and no receive path or delivery holds it any more: the QP's own reference
-    // (`inner`, dropped with the QP right after this) is the last, in process context, where
-    // its rings' mmap entries and work item may be torn down.
+    // is the last, dropped here in process context, where its rings' mmap entries and work
+    // item may be torn down.
     drop(dev.data().fabric.qps.remove_and_wait(qp.qpn));
-    if qp.qpn != GSI_QPN {
-        dev.data().free_qpn(qp.qpn);
+    let qpn = qp.qpn;
+    if qp.inner.into_unique_or_drop().is_none() {
+        pr_warn!("rrxe: QP {qpn:#x} outlived its readers' sections (teardown protocol)\n");
+    }
+    if qpn != GSI_QPN {
+        dev.data().free_qpn(qpn);
     }
     RrxeDev::release(&dev.data().quota.qp);
 }
