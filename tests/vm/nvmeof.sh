@@ -12,7 +12,7 @@
 # connects from rrxe1's address (host_traddr) to the target on rrxe0's, so every packet crosses
 # the veth pair, and netem drops 1% on both veth ends: RRXE_NVME_LOSSY_MIB (8) MiB go through
 # and come back identical, and rrxe's retransmit counters move. No rdma_rxe variant: rdma_rxe
-# 6.12 and an rrxe device cannot share init_net's UDP port (README).
+# 6.12 and an rrxe device cannot share init_net's UDP port (docs/features.md).
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/nvmeof.sh
 . "$(dirname "$0")/lib.sh"

@@ -111,7 +111,7 @@ xfail_sig_stale_ack='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9
 # fixes the ACK timeout at 14 (67 ms); rxe answered a window of 32 READs slower than that, and
 # each timeout went back N over the whole window; rxe replays each duplicate READ in full, so
 # the response we waited for stayed behind a growing queue of replays until the retries were
-# spent. A timeout now probes with the oldest WR only (README "Reliability"). Reproduce with
+# spent. A timeout now probes with the oldest WR only (docs/reliability.md). Reproduce with
 # RRXE_VM_SMP=1 and the repeat knobs above: 12 runs, 5 timeouts, 5 retransmits, 5 duplicate
 # READs at rxe0 (80 duplicate responses), all passed.
 interop_known=""

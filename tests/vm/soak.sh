@@ -34,13 +34,13 @@
 # (2) Under 10% loss every lost sequence NAK, lost resend of the expected PSN and lost tail
 # waits for the timer (the IBTA lets a responder NAK a gap only once): the host simulator counts
 # 19-27 timeouts for one 1 MiB WRITE (seeds 1-5), about 25 s per MiB at 18 (1.07 s). Topology A
-# only: against rdma_rxe, a retried zero-length READ is never answered (an rdma_rxe bug, README
-# "Reliability"), which ends the run in RETRY_EXC_ERR at any timeout (seen at 14 and 16).
+# only: against rdma_rxe, a retried zero-length READ is never answered (an rdma_rxe bug,
+# docs/reliability.md), which ends the run in RETRY_EXC_ERR at any timeout (seen at 14 and 16).
 # (3) rdma_rxe's requester waits for its ACK timer after every lost READ response and after
 # every sequence NAK but the first (see (1)): at 1 MiB messages and timeout 18 B loss10 and
 # corrupt2 ran out of the step timeout. With 64 KiB and timeout 14 both moved 100 MiB on
 # 2026-11-27 (loss10 in 724 s, corrupt2 in 78 s, bench kernel), once rrxe re-sent its last ACK
-# when a retransmission went quiet (README "Reliability": before that, rdma_rxe's completer
+# when a retransmission went quiet (docs/reliability.md: before that, rdma_rxe's completer
 # stranded a WR it had sent in full, once in a few hundred operations).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/rel-lib.sh"

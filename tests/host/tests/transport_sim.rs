@@ -1893,7 +1893,7 @@ fn a_responder_acknowledges_again_when_a_retransmission_goes_quiet() {
     // rdma_rxe's completer takes an ACK that arrives while it is still resending the WR the ACK
     // covers as a partial ACK: it moves its expected PSN past the WR without completing it, and
     // with nothing unacknowledged its timer never fires again. The WR then waits for another
-    // ACK that names it; if the answers to the retransmission are lost, none ever comes (README,
+    // ACK that names it; if the answers to the retransmission are lost, none ever comes (docs/reliability.md,
     // "rdma_rxe strands a WR it has sent in full"). So when a retransmission has been answered
     // and the requester goes quiet, the responder sends the same ACK again: at most 4 times,
     // with growing waits (8, 32, 128, 512 ms).
