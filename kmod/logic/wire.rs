@@ -163,7 +163,7 @@ impl Bth {
     }
 
     /// Encodes the BTH (reserved bits 0, over-wide fields truncated).
-    pub fn to_bytes(&self) -> [u8; BTH_LEN] {
+    pub fn to_bytes(self) -> [u8; BTH_LEN] {
         let flags = (self.se as u8) << 7
             | (self.mig as u8) << 6
             | (self.pad & 0x3) << 4
@@ -212,7 +212,7 @@ impl Reth {
     }
 
     /// Encodes the RETH.
-    pub fn to_bytes(&self) -> [u8; RETH_LEN] {
+    pub fn to_bytes(self) -> [u8; RETH_LEN] {
         let mut o = [0u8; RETH_LEN];
         put(&mut o, 0, &self.va.to_be_bytes());
         put(&mut o, 8, &self.rkey.to_be_bytes());
@@ -353,7 +353,7 @@ impl Aeth {
     }
 
     /// Encodes the AETH.
-    pub fn to_bytes(&self) -> [u8; AETH_LEN] {
+    pub fn to_bytes(self) -> [u8; AETH_LEN] {
         let m = (self.msn & MASK24).to_be_bytes();
         [self.syndrome, m[1], m[2], m[3]]
     }
@@ -406,7 +406,7 @@ impl ImmDt {
     }
 
     /// Encodes ImmDt.
-    pub fn to_bytes(&self) -> [u8; IMMDT_LEN] {
+    pub fn to_bytes(self) -> [u8; IMMDT_LEN] {
         self.imm.to_be_bytes()
     }
 }
@@ -431,7 +431,7 @@ impl Deth {
     }
 
     /// Encodes the DETH.
-    pub fn to_bytes(&self) -> [u8; DETH_LEN] {
+    pub fn to_bytes(self) -> [u8; DETH_LEN] {
         let mut o = [0u8; DETH_LEN];
         put(&mut o, 0, &self.qkey.to_be_bytes());
         put(&mut o, 4, &(self.src_qp & MASK24).to_be_bytes());
@@ -465,7 +465,7 @@ impl AtomicEth {
     }
 
     /// Encodes the AtomicETH.
-    pub fn to_bytes(&self) -> [u8; ATMETH_LEN] {
+    pub fn to_bytes(self) -> [u8; ATMETH_LEN] {
         let mut o = [0u8; ATMETH_LEN];
         put(&mut o, 0, &self.va.to_be_bytes());
         put(&mut o, 8, &self.rkey.to_be_bytes());
@@ -492,7 +492,7 @@ impl AtomicAckEth {
     }
 
     /// Encodes the AtomicAckETH.
-    pub fn to_bytes(&self) -> [u8; ATMACK_LEN] {
+    pub fn to_bytes(self) -> [u8; ATMACK_LEN] {
         self.orig.to_be_bytes()
     }
 }
@@ -514,7 +514,7 @@ impl Ieth {
     }
 
     /// Encodes the IETH.
-    pub fn to_bytes(&self) -> [u8; IETH_LEN] {
+    pub fn to_bytes(self) -> [u8; IETH_LEN] {
         self.rkey.to_be_bytes()
     }
 }
@@ -540,7 +540,7 @@ impl Feth {
     }
 
     /// Encodes the FETH.
-    pub fn to_bytes(&self) -> [u8; FETH_LEN] {
+    pub fn to_bytes(self) -> [u8; FETH_LEN] {
         [
             0,
             0,

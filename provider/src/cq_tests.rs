@@ -101,7 +101,11 @@ fn ex_batch_reads_every_field_and_releases_at_end_poll() {
     assert_eq!(x.current(), expect(test_cqe(10)));
     assert_eq!(x.next(), 0);
     assert_eq!(x.current(), expect(test_cqe(11)));
-    assert_eq!(k.consumer().load(Ordering::SeqCst), start, "nothing released yet");
+    assert_eq!(
+        k.consumer().load(Ordering::SeqCst),
+        start,
+        "nothing released yet"
+    );
     assert_eq!(x.next(), 0);
     assert_eq!(x.current(), expect(test_cqe(12)));
     assert_eq!(x.next(), libc::ENOENT);
@@ -125,10 +129,12 @@ fn ex_batch_reads_every_field_and_releases_at_end_poll() {
     // A non-zero attr comp_mask is refused without taking the lock.
     let mut attr = ibv_poll_cq_attr { comp_mask: 1 };
     // SAFETY: as in `Ex::start`.
-    assert_eq!(unsafe { ((*x.0).start_poll.unwrap())(x.0, &mut attr) }, libc::EINVAL);
+    let ret = unsafe { ((*x.0).start_poll.unwrap())(x.0, &mut attr) };
+    assert_eq!(ret, libc::EINVAL);
     assert!(legacy_poll(x.0.cast(), 4).is_empty());
     // A corrupt producer index: EIO, lock released.
-    k.producer().store(start.wrapping_add(100), Ordering::SeqCst);
+    k.producer()
+        .store(start.wrapping_add(100), Ordering::SeqCst);
     assert_eq!(x.start(), libc::EIO);
     // SAFETY: a CQ from `test_cq`, no longer used.
     unsafe { cq::free_cq(x.0.cast()) };
@@ -176,7 +182,11 @@ fn resize_outcomes_keep_or_break_the_ring_visibly() {
     assert_eq!(core.resize(|| Resize::Lost(libc::ENOMEM)), libc::ENOMEM);
     assert_eq!(core.poll(&mut out), Err(libc::ENOMEM));
     assert_eq!(core.start_poll(), libc::ENOMEM);
-    assert_eq!(core.poll(&mut out), Err(libc::ENOMEM), "start_poll released the lock");
+    assert_eq!(
+        core.poll(&mut out),
+        Err(libc::ENOMEM),
+        "start_poll released the lock"
+    );
     // A later successful resize recovers.
     let (mb, rb) = cq_ring(8, 0);
     let mut kb = Kernel::producer_of(&mb);
@@ -297,7 +307,9 @@ fn resize_never_races_poll_no_loss_no_duplicate() {
                     ids
                 };
                 got.fetch_add(ids.len() as u64, Ordering::SeqCst);
-                seen.lock().unwrap().extend(ids.into_iter().map(|i| (who, i)));
+                seen.lock()
+                    .unwrap()
+                    .extend(ids.into_iter().map(|i| (who, i)));
                 std::thread::yield_now();
             }
         }));
@@ -310,7 +322,11 @@ fn resize_never_races_poll_no_loss_no_duplicate() {
         unsafe { &*(*x.cast::<cq::RrxeCq>()).core }
     };
     while got.load(Ordering::SeqCst) < N {
-        assert!(Instant::now() < deadline, "stuck: {} of {N}", got.load(Ordering::SeqCst));
+        assert!(
+            Instant::now() < deadline,
+            "stuck: {} of {N}",
+            got.load(Ordering::SeqCst)
+        );
         let slots = [8u32, 16, 32][(resizes % 3) as usize];
         let r = core.resize(|| {
             let mut g = fk.lock().unwrap();
@@ -332,7 +348,10 @@ fn resize_never_races_poll_no_loss_no_duplicate() {
     // Each poller sees its completions in order.
     for who in 0..2 {
         let mine: Vec<u64> = seen.iter().filter(|s| s.0 == who).map(|s| s.1).collect();
-        assert!(mine.windows(2).all(|w| w[0] < w[1]), "poller {who} out of order");
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "poller {who} out of order"
+        );
     }
     assert!(resizes > 10, "only {resizes} resizes");
     // SAFETY: no thread uses the CQ any more.

@@ -194,7 +194,10 @@ fn accepting_kernel_every_object_round_trips() {
         assert!(!qp3.is_null());
         assert_eq!((*qp3.cast::<verbs_qp>()).comp_mask, VERBS_QP_EX);
         assert_eq!(ibv_qp_to_qp_ex(qp3), qp3.cast::<ibv_qp_ex>());
-        assert!(ibv_qp_to_qp_ex(qp2).is_null(), "no builders without SEND_OPS_FLAGS");
+        assert!(
+            ibv_qp_to_qp_ex(qp2).is_null(),
+            "no builders without SEND_OPS_FLAGS"
+        );
         assert!(ibv_qp_to_qp_ex(qp).is_null());
 
         let mut aha: ibv_ah_attr = zeroed();
@@ -849,13 +852,30 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
 
         // One batch of six operations: every builder and setter, one doorbell.
         let list = [
-            ibv_sge { addr: 0x3000, length: 10, lkey: 3 },
-            ibv_sge { addr: 0x4000, length: 20, lkey: 4 },
+            ibv_sge {
+                addr: 0x3000,
+                length: 10,
+                lkey: 3,
+            },
+            ibv_sge {
+                addr: 0x4000,
+                length: 20,
+                lkey: 4,
+            },
         ];
         let parts = [
-            ibv_data_buf { addr: b"ab".as_ptr().cast_mut().cast(), length: 2 },
-            ibv_data_buf { addr: ptr::null_mut(), length: 0 },
-            ibv_data_buf { addr: b"cde".as_ptr().cast_mut().cast(), length: 3 },
+            ibv_data_buf {
+                addr: b"ab".as_ptr().cast_mut().cast(),
+                length: 2,
+            },
+            ibv_data_buf {
+                addr: ptr::null_mut(),
+                length: 0,
+            },
+            ibv_data_buf {
+                addr: b"cde".as_ptr().cast_mut().cast(),
+                length: 3,
+            },
         ];
         let mut hello = *b"hello";
         wr!(w, wr_start);
@@ -886,7 +906,10 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
         let got: Vec<_> = std::iter::from_fn(|| sk.pop_send()).collect();
         assert_eq!(got.len(), 6);
         let h: Vec<_> = got.iter().map(|g| g.hdr).collect();
-        assert_eq!(h.iter().map(|h| h.wr_id).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            h.iter().map(|h| h.wr_id).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 6]
+        );
         assert_eq!(
             h.iter().map(|h| h.opcode).collect::<Vec<_>>(),
             [
@@ -898,21 +921,50 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
                 IBV_WR_ATOMIC_FETCH_AND_ADD
             ]
         );
-        assert_eq!(got[0].sges, [rrxe_uapi::Sge { addr: 0x1000, length: 64, lkey: 5 }]);
+        assert_eq!(
+            got[0].sges,
+            [rrxe_uapi::Sge {
+                addr: 0x1000,
+                length: 64,
+                lkey: 5
+            }]
+        );
         assert_eq!(h[0].send_flags, IBV_SEND_SIGNALED);
         // The INLINE flag comes from the setter, never from wr_flags alone.
-        assert_eq!(h[1].send_flags, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+        assert_eq!(
+            h[1].send_flags,
+            IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE
+        );
         assert_eq!(h[1].imm_data, 0xdead_beef);
         assert_eq!((h[1].num_sge, h[1].inline_len), (0, 5));
         assert_eq!(got[1].inline, b"hello");
-        assert_eq!((h[2].rkey, h[2].remote_addr, h[2].send_flags), (7, 0x2000, 0));
+        assert_eq!(
+            (h[2].rkey, h[2].remote_addr, h[2].send_flags),
+            (7, 0x2000, 0)
+        );
         assert_eq!(got[2].sges.len(), 2);
-        assert_eq!((got[2].sges[1].addr, got[2].sges[1].length, got[2].sges[1].lkey), (0x4000, 20, 4));
-        assert_eq!((h[3].rkey, h[3].remote_addr, h[3].imm_data), (8, 0x2100, 0x0102_0304));
+        assert_eq!(
+            (
+                got[2].sges[1].addr,
+                got[2].sges[1].length,
+                got[2].sges[1].lkey
+            ),
+            (0x4000, 20, 4)
+        );
+        assert_eq!(
+            (h[3].rkey, h[3].remote_addr, h[3].imm_data),
+            (8, 0x2100, 0x0102_0304)
+        );
         assert_eq!(h[3].send_flags, IBV_SEND_FENCE | IBV_SEND_INLINE);
         assert_eq!(got[3].inline, b"abcde");
-        assert_eq!((h[4].rkey, h[4].remote_addr, h[4].compare_add, h[4].swap), (9, 0x5000, 11, 22));
-        assert_eq!((h[5].rkey, h[5].remote_addr, h[5].compare_add), (10, 0x5008, 33));
+        assert_eq!(
+            (h[4].rkey, h[4].remote_addr, h[4].compare_add, h[4].swap),
+            (9, 0x5000, 11, 22)
+        );
+        assert_eq!(
+            (h[5].rkey, h[5].remote_addr, h[5].compare_add),
+            (10, 0x5008, 33)
+        );
         assert_eq!(got[5].sges[0].addr, 0x6008);
 
         // More than max_send_wr (6) in one batch: ENOMEM, nothing posted, no doorbell.
@@ -925,14 +977,18 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
         assert_eq!(sk.pending(), 0);
         assert!(pipe.take().is_empty());
         // Ring occupancy counts: 4 waiting in the ring, then a batch of 3 does not fit.
-        sk.flags().store(SQ_FLAG_KERNEL_BUSY, core::sync::atomic::Ordering::SeqCst);
+        sk.flags()
+            .store(SQ_FLAG_KERNEL_BUSY, core::sync::atomic::Ordering::SeqCst);
         wr!(w, wr_start);
         for i in 0..4 {
             w.next(200 + i, 0);
             wr!(w, wr_send);
         }
         assert_eq!(wr!(w, wr_complete), 0);
-        assert!(pipe.take().is_empty(), "no doorbell while the kernel is busy");
+        assert!(
+            pipe.take().is_empty(),
+            "no doorbell while the kernel is busy"
+        );
         wr!(w, wr_start);
         for i in 0..3 {
             w.next(300 + i, 0);
@@ -1048,7 +1104,14 @@ fn qp_ex_ud_address_and_batch_lock() {
         assert_eq!(wr!(w, wr_complete), 0);
         let s = sk.pop_send().unwrap();
         assert_eq!(
-            (s.hdr.wr_id, s.hdr.opcode, s.hdr.imm_data, s.hdr.ah_num, s.hdr.remote_qpn, s.hdr.remote_qkey),
+            (
+                s.hdr.wr_id,
+                s.hdr.opcode,
+                s.hdr.imm_data,
+                s.hdr.ah_num,
+                s.hdr.remote_qpn,
+                s.hdr.remote_qkey
+            ),
             (1, IBV_WR_SEND_WITH_IMM, 77, 42, 0x11, 0x2222)
         );
         // No address, or an RDMA WRITE on UD: the batch fails.
@@ -1072,7 +1135,9 @@ fn qp_ex_ud_address_and_batch_lock() {
             tx.send(()).unwrap();
             wr!(w, wr_abort);
         });
-        assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err());
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(200))
+            .is_err());
         wr!(w, wr_abort);
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         t.join().unwrap();

@@ -124,9 +124,7 @@ impl Batch {
         if self.last().is_none() {
             return;
         }
-        let total = parts
-            .iter()
-            .try_fold(0usize, |t, &(_, l)| t.checked_add(l));
+        let total = parts.iter().try_fold(0usize, |t, &(_, l)| t.checked_add(l));
         match total {
             Some(t) if t <= max_inline as usize => {}
             _ => return self.fail(libc::EINVAL),
@@ -198,12 +196,6 @@ impl Batch {
             next = w;
         }
         next
-    }
-
-    /// The recorded WRs (tests).
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.wrs.len()
     }
 }
 
@@ -293,7 +285,10 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
         }
     };
     if ret != 0 {
-        trace!("wr_complete({q:p}) = {ret} ({} WRs not posted)", b.wrs.len());
+        trace!(
+            "wr_complete({q:p}) = {ret} ({} WRs not posted)",
+            b.wrs.len()
+        );
     }
     b.clear();
     // SAFETY: taken by `wr_start` on this thread.
@@ -368,7 +363,11 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, remote_ad
 unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let sge = ibv_sge { addr, length, lkey };
     // A zero-length SGE carries no data (as rdma-core's providers treat it).
-    let list: &[ibv_sge] = if length == 0 { &[] } else { core::slice::from_ref(&sge) };
+    let list: &[ibv_sge] = if length == 0 {
+        &[]
+    } else {
+        core::slice::from_ref(&sge)
+    };
     // SAFETY: inside the batch.
     unsafe { batch(q) }.set_sges(list);
 }

@@ -3,9 +3,7 @@
 use core::ffi::c_char;
 use core::fmt;
 
-use rrxe_uapi::{
-    AllocUcontextResp, LAYOUT_FINGERPRINT, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION,
-};
+use rrxe_uapi::{AllocUcontextResp, LAYOUT_FINGERPRINT, SYSFS_UABI_ATTR, UABI_MAGIC, UABI_VERSION};
 
 use crate::abi::{
     IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_QPT_RC, IBV_QPT_UC,
@@ -13,8 +11,8 @@ use crate::abi::{
     IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
     IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_INIT_ATTR_CREATE_FLAGS,
     IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WC_EX_WITH_BYTE_LEN,
-    IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM,
-    IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
+    IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL,
+    IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
 };
 
 /// Prefix of every line the provider prints.
@@ -485,11 +483,7 @@ mod tests {
                 kernel: LAYOUT_FINGERPRINT ^ 1
             })
         );
-        assert!(e
-            .problem
-            .unwrap()
-            .message("rrxe0")
-            .contains("layout"));
+        assert!(e.problem.unwrap().message("rrxe0").contains("layout"));
     }
 
     #[test]
@@ -540,7 +534,10 @@ mod tests {
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, all_rc), Ok(()));
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, 0), Ok(()));
         assert_eq!(
-            check_send_ops_flags(IBV_QPT_UD, u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)),
+            check_send_ops_flags(
+                IBV_QPT_UD,
+                u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
+            ),
             Ok(())
         );
         assert_eq!(
@@ -578,7 +575,11 @@ mod tests {
         assert_eq!(check_create_cq_ex(0, 0, 0), Ok(()));
         assert_eq!(check_create_cq_ex(std, 0, 0), Ok(()));
         assert_eq!(
-            check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED),
+            check_create_cq_ex(
+                std,
+                IBV_CQ_INIT_ATTR_MASK_FLAGS,
+                IBV_CREATE_CQ_ATTR_SINGLE_THREADED
+            ),
             Ok(())
         );
         for wc in [
@@ -595,18 +596,34 @@ mod tests {
                 "{wc:#x}"
             );
         }
-        assert_eq!(check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_PD, 0), Err(libc::EOPNOTSUPP));
         assert_eq!(
-            check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN),
+            check_create_cq_ex(std, IBV_CQ_INIT_ATTR_MASK_PD, 0),
+            Err(libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            check_create_cq_ex(
+                std,
+                IBV_CQ_INIT_ATTR_MASK_FLAGS,
+                IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN
+            ),
             Err(libc::EOPNOTSUPP)
         );
     }
 
     #[test]
     fn libibverbs_release_from_the_file_name() {
-        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.0"), Some((44, "44.0".into())));
-        assert_eq!(libibverbs_release("libibverbs.so.1.14.44.12"), Some((44, "44.12".into())));
-        assert_eq!(libibverbs_release("libibverbs.so.1.14.45.0"), Some((45, "45.0".into())));
+        assert_eq!(
+            libibverbs_release("libibverbs.so.1.14.44.0"),
+            Some((44, "44.0".into()))
+        );
+        assert_eq!(
+            libibverbs_release("libibverbs.so.1.14.44.12"),
+            Some((44, "44.12".into()))
+        );
+        assert_eq!(
+            libibverbs_release("libibverbs.so.1.14.45.0"),
+            Some((45, "45.0".into()))
+        );
         for bad in [
             "libibverbs.so.1",
             "libibverbs.so",
@@ -620,10 +637,16 @@ mod tests {
         ] {
             assert_eq!(libibverbs_release(bad), None, "{bad}");
         }
-        assert_eq!(check_libibverbs("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"), Ok(()));
+        assert_eq!(
+            check_libibverbs("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"),
+            Ok(())
+        );
         assert_eq!(check_libibverbs("libibverbs.so.1.14.44.3"), Ok(()));
         let e = check_libibverbs("/opt/rdma/lib/libibverbs.so.1.14.50.0").unwrap_err();
-        assert!(e.starts_with("librrxe: /opt/rdma/lib/libibverbs.so.1.14.50.0 is rdma-core 50.0"), "{e}");
+        assert!(
+            e.starts_with("librrxe: /opt/rdma/lib/libibverbs.so.1.14.50.0 is rdma-core 50.0"),
+            "{e}"
+        );
         assert!(!e.contains('\n'));
         let e = check_libibverbs("/tmp/libibverbs.so").unwrap_err();
         assert!(e.contains("cannot tell"), "{e}");

@@ -149,7 +149,10 @@ fn other_rdma_core_release_is_refused_with_one_line() {
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("librrxe:")).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("librrxe:"))
+        .collect();
     assert_eq!(lines.len(), 1, "exactly one line:\n{stderr}");
     assert!(
         lines[0].contains("libibverbs.so.1.14.45.0 is rdma-core 45.0")

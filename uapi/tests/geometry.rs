@@ -5,7 +5,10 @@ use rrxe_uapi::*;
 fn cq_rings_have_power_of_two_slots_covering_the_request() {
     for cqe in 1..70_000u32 {
         let s = cq_ring_slots(cqe);
-        assert!(s.is_power_of_two() && s >= cqe && s / 2 < cqe.max(1), "cqe {cqe} -> {s}");
+        assert!(
+            s.is_power_of_two() && s >= cqe && s / 2 < cqe.max(1),
+            "cqe {cqe} -> {s}"
+        );
     }
 }
 
@@ -19,6 +22,9 @@ fn the_largest_cq_fits_in_a_small_mapping() {
 
 #[test]
 fn indices_sit_on_separate_cache_lines() {
-    assert_eq!(core::mem::offset_of!(RingHeader, consumer) - core::mem::offset_of!(RingHeader, producer), CACHELINE);
+    assert_eq!(
+        core::mem::offset_of!(RingHeader, consumer) - core::mem::offset_of!(RingHeader, producer),
+        CACHELINE
+    );
     assert_eq!(core::mem::align_of::<RingHeader>(), CACHELINE);
 }

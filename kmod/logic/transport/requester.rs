@@ -398,7 +398,7 @@ where
         let ack_req = cfg.qp_type == QpType::Rc
             && ((end && wanted)
                 || e.kind.is_rd_atomic()
-                || psn.get() % ACK_REQ_EVERY == 0
+                || psn.get().is_multiple_of(ACK_REQ_EVERY)
                 || fills
                 || self.req.poll);
         // A READ asks for every PSN of its responses (an atomic for its one): while they are

@@ -1,6 +1,6 @@
 //! Host tests of the device-level pure logic: MTU mapping, port state, GUID, link rules, limits.
-use rrxe_host_tests::logic::{guid, limits, link, port};
 use port::{active_mtu_for_netdev_mtu, IbMtu, LinkFacts, PhysState, PortState};
+use rrxe_host_tests::logic::{guid, limits, link, port};
 
 #[test]
 fn active_mtu_matches_ib_core_iboe_get_mtu_at_the_edges() {
@@ -47,11 +47,21 @@ fn ib_mtu_codes_round_trip_and_reject_garbage() {
 
 #[test]
 fn port_is_active_only_when_up_with_carrier_and_usable_mtu() {
-    let up = LinkFacts { running: true, carrier: true, mtu: 1500 };
+    let up = LinkFacts {
+        running: true,
+        carrier: true,
+        mtu: 1500,
+    };
     assert_eq!(port::port_state(up), (PortState::Active, PhysState::LinkUp));
     for l in [
-        LinkFacts { running: false, ..up },
-        LinkFacts { carrier: false, ..up },
+        LinkFacts {
+            running: false,
+            ..up
+        },
+        LinkFacts {
+            carrier: false,
+            ..up
+        },
         LinkFacts { mtu: 300, ..up },
     ] {
         assert_eq!(port::port_state(l), (PortState::Down, PhysState::Disabled));
@@ -66,11 +76,23 @@ fn node_guid_is_modified_eui64_of_the_mac() {
 
 #[test]
 fn link_names_starting_with_rxe_are_refused() {
-    assert_eq!(link::check_ibdev_name(b"rxe0"), Err(link::LinkError::ReservedName));
-    assert_eq!(link::check_ibdev_name(b"rxe"), Err(link::LinkError::ReservedName));
+    assert_eq!(
+        link::check_ibdev_name(b"rxe0"),
+        Err(link::LinkError::ReservedName)
+    );
+    assert_eq!(
+        link::check_ibdev_name(b"rxe"),
+        Err(link::LinkError::ReservedName)
+    );
     assert_eq!(link::check_ibdev_name(b""), Err(link::LinkError::BadName));
-    assert_eq!(link::check_ibdev_name(&[b'a'; 64]), Err(link::LinkError::BadName));
-    assert_eq!(link::check_ibdev_name(b"a\0b"), Err(link::LinkError::BadName));
+    assert_eq!(
+        link::check_ibdev_name(&[b'a'; 64]),
+        Err(link::LinkError::BadName)
+    );
+    assert_eq!(
+        link::check_ibdev_name(b"a\0b"),
+        Err(link::LinkError::BadName)
+    );
     assert_eq!(link::check_ibdev_name(b"rrxe0"), Ok(()));
     assert_eq!(link::check_ibdev_name(b"myrxe"), Ok(()));
     assert_eq!(link::LinkError::ReservedName.errno(), 22);
@@ -79,11 +101,23 @@ fn link_names_starting_with_rxe_are_refused() {
 
 #[test]
 fn only_plain_ethernet_netdevs_are_accepted() {
-    let eth = link::NetdevKind { arphrd: 1, addr_len: 6, is_vlan: false };
+    let eth = link::NetdevKind {
+        arphrd: 1,
+        addr_len: 6,
+        is_vlan: false,
+    };
     assert_eq!(link::check_netdev(eth), Ok(()));
-    let lo = link::NetdevKind { arphrd: 772, addr_len: 6, is_vlan: false };
+    let lo = link::NetdevKind {
+        arphrd: 772,
+        addr_len: 6,
+        is_vlan: false,
+    };
     assert_eq!(link::check_netdev(lo), Err(link::LinkError::NotEthernet));
-    assert!(link::check_netdev(link::NetdevKind { is_vlan: true, ..eth }).is_err());
+    assert!(link::check_netdev(link::NetdevKind {
+        is_vlan: true,
+        ..eth
+    })
+    .is_err());
     assert!(link::check_netdev(link::NetdevKind { addr_len: 0, ..eth }).is_err());
 }
 
@@ -92,7 +126,10 @@ fn limits_are_self_consistent() {
     // The CQ ring has MAX_CQE + 1 slots and must be a power of two.
     assert!((limits::MAX_CQE + 1).is_power_of_two());
     assert!(limits::MAX_QP_WR.is_power_of_two());
-    assert!(limits::MAX_SGE_RD <= limits::MAX_SGE);
-    assert_eq!(limits::MAX_RES_RD_ATOM, limits::MAX_QP_RD_ATOM * limits::MAX_QP);
+    const { assert!(limits::MAX_SGE_RD <= limits::MAX_SGE) };
+    assert_eq!(
+        limits::MAX_RES_RD_ATOM,
+        limits::MAX_QP_RD_ATOM * limits::MAX_QP
+    );
     assert_eq!(limits::PKEY_TBL_LEN, 1);
 }

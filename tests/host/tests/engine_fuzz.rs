@@ -163,7 +163,7 @@ const STATES: [QpState; 7] = [
 #[test]
 fn receive_path_survives_hostile_packets() {
     let n = env_u64("RRXE_FUZZ_PACKETS", 100_000);
-    let seed = env_u64("RRXE_FUZZ_SEED", 0x5eed_0f_f022);
+    let seed = env_u64("RRXE_FUZZ_SEED", 0x5e_ed0f_f022);
     println!("fuzz: seed {seed:#x}, {n} packets");
     let corpus = corpus();
     let mut rng = Rng(seed | 1);
@@ -189,13 +189,13 @@ fn receive_path_survives_hostile_packets() {
                         if j % 3 == 2 { 0x777 } else { 0x200 },
                     ));
                 }
-                p.sb.rq_broken = rng.next() % 16 == 0;
+                p.sb.rq_broken = rng.next().is_multiple_of(16);
                 p.b.set_state(&mut p.sb, st, false);
                 pairs.push(p);
             }
         }
         let (bytes, _) = &corpus[(rng.next() as usize) % corpus.len()];
-        let pkt_bytes = if rng.next() % 50 == 0 {
+        let pkt_bytes = if rng.next().is_multiple_of(50) {
             (0..(rng.next() % 300) as usize)
                 .map(|_| rng.next() as u8)
                 .collect()
@@ -209,7 +209,7 @@ fn receive_path_survives_hostile_packets() {
         let p = &mut pairs[(rng.next() % 3) as usize];
         // A QP the fuzz killed comes back (RESET .. RTS) at a PSN near the corpus'.
         for (e, sd) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
-            if e.state() == QpState::Err && rng.next() % 4 == 0 {
+            if e.state() == QpState::Err && rng.next().is_multiple_of(4) {
                 for st in [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts] {
                     e.set_state(sd, st, false);
                 }
@@ -220,7 +220,7 @@ fn receive_path_survives_hostile_packets() {
             }
         }
         let mut src = GID_A;
-        if rng.next() % 8 == 0 {
+        if rng.next().is_multiple_of(8) {
             src[15] = rng.next() as u8;
         }
         let info = RxInfo {
@@ -229,7 +229,7 @@ fn receive_path_survives_hostile_packets() {
             dst: GID_B,
         };
         // Either side: the responder gets requests, the requester responses.
-        let (eng, side) = if rng.next() % 2 == 0 {
+        let (eng, side) = if rng.next().is_multiple_of(2) {
             (&mut p.b, &mut p.sb)
         } else {
             (&mut p.a, &mut p.sa)
@@ -255,7 +255,7 @@ fn receive_path_survives_hostile_packets() {
             emitted += side.out.len() as u64;
             side.out.clear();
         }
-        if rng.next() % 16 == 0 {
+        if rng.next().is_multiple_of(16) {
             eng.retry_timer_expired(side);
             eng.run_requester(side, &mut scratch, 64);
             side.out.clear();

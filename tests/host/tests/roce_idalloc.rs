@@ -8,7 +8,10 @@ fn udp_sport_matches_ib_core_examples() {
     assert_eq!(roce::flow_label_to_udp_sport(0), 0xc000);
     assert_eq!(roce::flow_label_to_udp_sport(0x3fff), 0xffff);
     assert_eq!(roce::flow_label_to_udp_sport(0x4000), 0xc001);
-    assert_eq!(roce::udp_sport(0, 17, 17), roce::flow_label_to_udp_sport(roce::calc_flow_label(17, 17)));
+    assert_eq!(
+        roce::udp_sport(0, 17, 17),
+        roce::flow_label_to_udp_sport(roce::calc_flow_label(17, 17))
+    );
     assert_eq!(roce::calc_flow_label(17, 17), 289);
 }
 
@@ -75,13 +78,16 @@ proptest! {
 #[test]
 fn gids_map_to_ip_addresses() {
     let mut g = [0u8; 16];
-    g[10] = 0xff; g[11] = 0xff; g[12..].copy_from_slice(&[10, 99, 0, 1]);
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&[10, 99, 0, 1]);
     assert_eq!(roce::gid_to_addr(g), roce::GidAddr::V4([10, 99, 0, 1]));
     assert!(!roce::gid_is_multicast(g));
     g[12] = 239;
     assert!(roce::gid_is_multicast(g));
     let mut l = [0u8; 16];
-    l[0] = 0xfe; l[1] = 0x80;
+    l[0] = 0xfe;
+    l[1] = 0x80;
     assert_eq!(roce::gid_to_addr(l), roce::GidAddr::V6(l));
 }
 
@@ -91,7 +97,11 @@ fn freed_ids_are_reused_last_and_keys_rotate() {
     let mut a = idalloc::IdAlloc::new(16);
     let x = a.alloc(&mut bits).unwrap();
     assert!(a.free(&mut bits, x));
-    assert_ne!(a.alloc(&mut bits).unwrap(), x, "round-robin: not the id just freed");
+    assert_ne!(
+        a.alloc(&mut bits).unwrap(),
+        x,
+        "round-robin: not the id just freed"
+    );
     assert!(!a.free(&mut bits, 3), "below the range");
     assert_eq!(idalloc::key_index(idalloc::make_key(77, 0xab)), 77);
     assert_ne!(idalloc::make_key(77, 1), idalloc::make_key(77, 2));
@@ -104,9 +114,15 @@ fn key_byte_is_the_random_byte_unless_it_repeats() {
     // Never the previous key byte of the index, for any random value.
     for last in 0..=255u8 {
         for r in [0u32, 1, 0xff, 0x100, 0xdead_beef, u32::MAX] {
-            assert_ne!(idalloc::next_key_byte(r.wrapping_add(u32::from(last)), last), last);
+            assert_ne!(
+                idalloc::next_key_byte(r.wrapping_add(u32::from(last)), last),
+                last
+            );
         }
-        assert_eq!(idalloc::next_key_byte(u32::from(last), last), last.wrapping_add(1));
+        assert_eq!(
+            idalloc::next_key_byte(u32::from(last), last),
+            last.wrapping_add(1)
+        );
     }
 }
 
@@ -132,14 +148,20 @@ fn key_bytes_follow_the_random_source_not_a_sequence() {
         last = k;
     }
     assert!(seen.iter().all(|&s| s));
-    assert!(consecutive < 100, "{consecutive} consecutive key bytes out of 4096");
+    assert!(
+        consecutive < 100,
+        "{consecutive} consecutive key bytes out of 4096"
+    );
 }
 
 #[test]
 fn stat_names_are_nul_terminated_for_the_kernel() {
     use rrxe_host_tests::logic::stats;
     for (i, n) in stats::NAMES.iter().enumerate() {
-        assert!(n.ends_with('\0') && !n[..n.len() - 1].contains('\0'), "{n:?}");
+        assert!(
+            n.ends_with('\0') && !n[..n.len() - 1].contains('\0'),
+            "{n:?}"
+        );
         assert_eq!(stats::ALL[i].index(), i);
         assert!(!stats::ALL[i].name().is_empty());
     }

@@ -400,7 +400,10 @@ fn doorbell_error_is_returned_with_the_first_wr() {
     bad = sentinel;
     // SAFETY: as above.
     let rc = unsafe { sq.post_send(l.head(), &mut bad, &mut h) };
-    assert_eq!((rc, l.index_of(bad), h.doorbells), (libc::EINVAL, Some(1), 3));
+    assert_eq!(
+        (rc, l.index_of(bad), h.doorbells),
+        (libc::EINVAL, Some(1), 3)
+    );
 }
 
 #[test]

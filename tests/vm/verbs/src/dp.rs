@@ -136,7 +136,13 @@ pub struct Side {
 impl Side {
     /// A PD, a CQ of `cqe` entries, an MR of `mr_len` bytes (all access rights) and a QP of
     /// type `t`, asking for `cap` and, should the device refuse, for less inline data.
-    pub fn new(dev: &Dev, t: u32, cap: ibv_qp_cap, cqe: i32, mr_len: usize) -> Result<Side, String> {
+    pub fn new(
+        dev: &Dev,
+        t: u32,
+        cap: ibv_qp_cap,
+        cqe: i32,
+        mr_len: usize,
+    ) -> Result<Side, String> {
         Self::new_on(dev, t, cap, cqe, mr_len, None)
     }
 
@@ -204,7 +210,11 @@ impl Side {
     /// take short-lived slices only between verbs calls, never across a poll.
     #[allow(clippy::mut_from_ref)]
     pub fn mem(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.len(), "MR access {off}+{len} beyond {}", self.len());
+        assert!(
+            off + len <= self.len(),
+            "MR access {off}+{len} beyond {}",
+            self.len()
+        );
         // SAFETY: inside the MR's buffer (owned by the Mr, alive while self is); the test is
         // single-threaded and no two slices are alive at once.
         unsafe { std::slice::from_raw_parts_mut((self.addr() as *mut u8).add(off), len) }
@@ -260,7 +270,17 @@ pub fn to_rts(
     sq_psn: u32,
     qkey: u32,
 ) -> Result<(), String> {
-    to_rts_with(dev, qp, t, remote_qpn, remote_gid, rq_psn, sq_psn, qkey, RcParams::default())
+    to_rts_with(
+        dev,
+        qp,
+        t,
+        remote_qpn,
+        remote_gid,
+        rq_psn,
+        sq_psn,
+        qkey,
+        RcParams::default(),
+    )
 }
 
 /// [`to_rts`] with explicit RC requester attributes.

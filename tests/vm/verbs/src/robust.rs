@@ -31,7 +31,10 @@ pub fn stats(dev: &str) -> Result<BTreeMap<String, u64>, String> {
     let mut i = 0;
     while i + 1 < toks.len() {
         if let Ok(v) = toks[i + 1].parse::<u64>() {
-            if toks[i].chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()) {
+            if toks[i]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+            {
                 m.insert(toks[i].to_owned(), v);
                 i += 2;
                 continue;
@@ -98,7 +101,12 @@ impl Transfer {
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::channel();
-        let (a, b, s, o) = (dev_a.to_owned(), dev_b.to_owned(), stop.clone(), ops.clone());
+        let (a, b, s, o) = (
+            dev_a.to_owned(),
+            dev_b.to_owned(),
+            stop.clone(),
+            ops.clone(),
+        );
         let handle = std::thread::spawn(move || {
             let mut r = TransferResult::default();
             if let Err(e) = transfer_loop(&a, &b, seed, max_size, &s, &o, &tx, &mut r) {
@@ -150,7 +158,11 @@ fn transfer_loop(
     r: &mut TransferResult,
 ) -> Result<(), String> {
     let da = Dev::open(dev_a)?;
-    let db = if dev_b == dev_a { Dev::open(dev_a)? } else { Dev::open(dev_b)? };
+    let db = if dev_b == dev_a {
+        Dev::open(dev_a)?
+    } else {
+        Dev::open(dev_b)?
+    };
     let cap = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -209,7 +221,10 @@ fn transfer_loop(
             }
         }
         if a.mem(0, len) != b.mem(0, len) {
-            return Err(format!("op {n}: data mismatch after {} of {len} bytes", first_diff(a.mem(0, len), b.mem(0, len))));
+            return Err(format!(
+                "op {n}: data mismatch after {} of {len} bytes",
+                first_diff(a.mem(0, len), b.mem(0, len))
+            ));
         }
         // READ it back into a[half..]
         a.mem(half, len).fill(0);

@@ -47,9 +47,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dp::{Dev, Rng, Side};
-use verbs::{Channel, Qp};
 use ffi::*;
 use util::{ename, Report};
+use verbs::{Channel, Qp};
 
 const T: Duration = Duration::from_secs(30);
 const MR: usize = 1 << 22;
@@ -95,7 +95,17 @@ fn recv(side: &Side, id: u64, off: usize, len: usize) -> Result<(), String> {
 
 /// Posts WR `id` of opcode `op`, `len` bytes at `off` of `s`, RDMA to `r` at `roff` with `rkey`.
 #[allow(clippy::too_many_arguments)]
-fn post(s: &Side, r: &Side, id: u64, op: u32, off: usize, len: usize, roff: usize, rkey: u32, lkey: u32) -> Result<(), String> {
+fn post(
+    s: &Side,
+    r: &Side,
+    id: u64,
+    op: u32,
+    off: usize,
+    len: usize,
+    roff: usize,
+    rkey: u32,
+    lkey: u32,
+) -> Result<(), String> {
     let mut sge = s.sge(off, len);
     sge.lkey = lkey;
     let mut w = send_wr(id, op, &mut sge);
@@ -142,7 +152,11 @@ fn bad_rkey(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     let first = expect(&got[..1], &[(1, IBV_WC_REM_ACCESS_ERR)]);
     let rest = expect(
         &got[1..],
-        &[(2, IBV_WC_WR_FLUSH_ERR), (3, IBV_WC_WR_FLUSH_ERR), (4, IBV_WC_WR_FLUSH_ERR)],
+        &[
+            (2, IBV_WC_WR_FLUSH_ERR),
+            (3, IBV_WC_WR_FLUSH_ERR),
+            (4, IBV_WC_WR_FLUSH_ERR),
+        ],
     );
     r.result("errors.bad_rkey.rem_access_err", first);
     r.result("errors.bad_rkey.later_wrs_flushed", rest);
@@ -169,7 +183,10 @@ fn bad_rkey(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
             Err(extra.iter().map(dp::wc_str).collect::<Vec<_>>().join("; "))
         },
     );
-    let resp: Vec<String> = dp::drain(&b.cq, Duration::ZERO).iter().map(dp::wc_str).collect();
+    let resp: Vec<String> = dp::drain(&b.cq, Duration::ZERO)
+        .iter()
+        .map(dp::wc_str)
+        .collect();
     r.info(
         "errors.bad_rkey",
         format!(
@@ -189,8 +206,14 @@ fn bad_lkey(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     post(&a, &b, 1, IBV_WR_SEND, 0, 64, 0, 0, a.lkey() ^ 0x5a)?;
     post(&a, &b, 2, IBV_WR_SEND, 64, 64, 0, 0, a.lkey())?;
     let got = poll(&a, 2)?;
-    r.result("errors.bad_lkey.loc_prot_err", expect(&got[..1], &[(1, IBV_WC_LOC_PROT_ERR)]));
-    r.result("errors.bad_lkey.next_wr_flushed", expect(&got[1..], &[(2, IBV_WC_WR_FLUSH_ERR)]));
+    r.result(
+        "errors.bad_lkey.loc_prot_err",
+        expect(&got[..1], &[(1, IBV_WC_LOC_PROT_ERR)]),
+    );
+    r.result(
+        "errors.bad_lkey.next_wr_flushed",
+        expect(&got[1..], &[(2, IBV_WC_WR_FLUSH_ERR)]),
+    );
     let extra = dp::drain(&a.cq, Duration::from_millis(100));
     r.result(
         "errors.bad_lkey.no_extra_completions",
@@ -244,7 +267,11 @@ fn round_trip(a: &Side, b: &Side) -> Result<(), String> {
 
 fn destroy_outstanding(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     for (k, sender_first) in [(0u64, true), (1, false)] {
-        let name = if sender_first { "sender_first" } else { "receiver_first" };
+        let name = if sender_first {
+            "sender_first"
+        } else {
+            "receiver_first"
+        };
         let (a, b) = pair(da, db, 64, 10 + k)?;
         for i in 0..64 {
             recv(&b, 1000 + i, 0, 65536)?;
@@ -261,8 +288,18 @@ fn destroy_outstanding(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String>
                 posted += 1;
             }
         }
-        let Side { qp: qa, mr: ma, cq: ca, pd: pa } = a;
-        let Side { qp: qb, mr: mb, cq: cb, pd: pb } = b;
+        let Side {
+            qp: qa,
+            mr: ma,
+            cq: ca,
+            pd: pa,
+        } = a;
+        let Side {
+            qp: qb,
+            mr: mb,
+            cq: cb,
+            pd: pb,
+        } = b;
         let mut errs = Vec::new();
         let mut d = |what: &str, res: Result<(), i32>| {
             if let Err(e) = res {
@@ -305,7 +342,11 @@ unsafe extern "C" {
     /// uverbs `POST_RECV` with the WRs in the command. Returns 0 or an errno.
     fn ibv_cmd_post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32;
     /// uverbs `POST_SRQ_RECV` with the WRs in the command. Returns 0 or an errno.
-    fn ibv_cmd_post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32;
+    fn ibv_cmd_post_srq_recv(
+        srq: *mut ibv_srq,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+    ) -> i32;
     /// uverbs `POLL_CQ`: the number of completions, or -1 with errno set.
     fn ibv_cmd_poll_cq(cq: *mut ibv_cq, ne: i32, wc: *mut ibv_wc) -> i32;
 }
@@ -317,7 +358,9 @@ fn kallsym(name: &str) -> u64 {
         .find_map(|l| {
             let mut f = l.split_whitespace();
             let (a, _, n) = (f.next()?, f.next()?, f.next()?);
-            (n == name).then(|| u64::from_str_radix(a, 16).ok()).flatten()
+            (n == name)
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
         })
         .unwrap_or(0)
 }
@@ -327,15 +370,24 @@ fn uverbs_maps_hold(needle: &[u8]) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     for l in maps.lines().filter(|l| l.contains("uverbs")) {
         let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
-        let Some((lo, hi)) = range.split_once('-') else { continue };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
         if !perms.starts_with('r') {
             continue;
         }
         // SAFETY: a live readable mapping of the process, read byte by byte (volatile: the
         // kernel writes it).
-        let bytes: Vec<u8> = (lo..hi).map(|a| unsafe { std::ptr::read_volatile(a as *const u8) }).collect();
+        let bytes: Vec<u8> = (lo..hi)
+            .map(|a| unsafe { std::ptr::read_volatile(a as *const u8) })
+            .collect();
         if bytes.windows(needle.len()).any(|w| w == needle) {
             return true;
         }
@@ -346,7 +398,11 @@ fn uverbs_maps_hold(needle: &[u8]) -> bool {
 /// One raw POST_SEND of an inline SEND from kernel address `addr` (48 bytes): EINVAL; then one
 /// raw POST_RECV with a receive buffer at `addr`: EOPNOTSUPP (not offered by ib_uverbs).
 fn raw_lists_refused(qp: &Qp, addr: u64, at: &str) -> Result<(), String> {
-    let mut sge = ibv_sge { addr, length: 48, lkey: 0 };
+    let mut sge = ibv_sge {
+        addr,
+        length: 48,
+        lkey: 0,
+    };
     let mut w = ibv_send_wr {
         wr_id: 0xbad,
         opcode: IBV_WR_SEND,
@@ -358,8 +414,17 @@ fn raw_lists_refused(qp: &Qp, addr: u64, at: &str) -> Result<(), String> {
     let mut bad = std::ptr::null_mut();
     // SAFETY: a live QP and a valid one-WR list (its SGE names kernel memory: the point).
     let rs = unsafe { ibv_cmd_post_send(qp.ptr, &mut w, &mut bad) };
-    let mut rsge = ibv_sge { addr, length: 48, lkey: 0 };
-    let mut rw = ibv_recv_wr { wr_id: 0xbad, num_sge: 1, sg_list: &mut rsge, ..zeroed() };
+    let mut rsge = ibv_sge {
+        addr,
+        length: 48,
+        lkey: 0,
+    };
+    let mut rw = ibv_recv_wr {
+        wr_id: 0xbad,
+        num_sge: 1,
+        sg_list: &mut rsge,
+        ..zeroed()
+    };
     let mut rbad = std::ptr::null_mut();
     // SAFETY: as above, for a receive list.
     let rr = unsafe { ibv_cmd_post_recv(qp.ptr, &mut rw, &mut rbad) };
@@ -381,7 +446,13 @@ fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     if banner != 0 {
         addrs.insert(0, banner);
     }
-    let c = ibv_qp_cap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    let c = ibv_qp_cap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
     let a = Side::new(da, IBV_QPT_RC, c, 64, MR)?;
     let mut res = Ok(());
     for &addr in &addrs {
@@ -394,8 +465,11 @@ fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         qp_access_flags: IBV_ACCESS_LOCAL_WRITE,
         ..zeroed()
     };
-    a.qp.modify(&init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
-        .map_err(|e| format!("modify_qp(INIT): {}", ename(e)))?;
+    a.qp.modify(
+        &init,
+        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+    )
+    .map_err(|e| format!("modify_qp(INIT): {}", ename(e)))?;
     let mut res = Ok(());
     for &addr in &addrs {
         res = res.and_then(|_| raw_lists_refused(&a.qp, addr, "INIT"));
@@ -411,12 +485,18 @@ fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     r.result("errors.user_lists.rts_einval", res);
     // A user address through the command path is refused the same way: WRs of a user QP
     // travel through its SQ ring only.
-    r.result("errors.user_lists.user_address_einval", raw_lists_refused(&a.qp, a.addr(), "RTS"));
+    r.result(
+        "errors.user_lists.user_address_einval",
+        raw_lists_refused(&a.qp, a.addr(), "RTS"),
+    );
     r.result(
         "errors.user_lists.no_completion",
         match dp::drain(&a.cq, Duration::from_millis(300))[..] {
             [] => Ok(()),
-            ref w => Err(format!("unexpected completions: {}", w.iter().map(dp::wc_str).collect::<Vec<_>>().join("; "))),
+            ref w => Err(format!(
+                "unexpected completions: {}",
+                w.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")
+            )),
         },
     );
     r.result("errors.user_lists.qp_still_works", round_trip(&a, &b));
@@ -429,16 +509,31 @@ fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         ibv_create_srq(a.pd.ptr, &mut ia)
     };
     if srq.is_null() {
-        r.fail("errors.user_lists.srq_refused", format!("ibv_create_srq: {}", ename(util::errno())));
+        r.fail(
+            "errors.user_lists.srq_refused",
+            format!("ibv_create_srq: {}", ename(util::errno())),
+        );
     } else {
         let mut rsge = a.sge(0, 64);
-        let mut rw = ibv_recv_wr { wr_id: 0xbad, num_sge: 1, sg_list: &mut rsge, ..zeroed() };
+        let mut rw = ibv_recv_wr {
+            wr_id: 0xbad,
+            num_sge: 1,
+            sg_list: &mut rsge,
+            ..zeroed()
+        };
         let mut rbad = std::ptr::null_mut();
         // SAFETY: a live SRQ and a valid one-WR list.
         let rc = unsafe { ibv_cmd_post_srq_recv(srq, &mut rw, &mut rbad) };
         r.result(
             "errors.user_lists.srq_refused",
-            if rc == libc::EOPNOTSUPP { Ok(()) } else { Err(format!("POST_SRQ_RECV returned {}, want EOPNOTSUPP", ename(rc))) },
+            if rc == libc::EOPNOTSUPP {
+                Ok(())
+            } else {
+                Err(format!(
+                    "POST_SRQ_RECV returned {}, want EOPNOTSUPP",
+                    ename(rc)
+                ))
+            },
         );
         // SAFETY: the SRQ was created above and nothing uses it.
         unsafe { ibv_destroy_srq(srq) };
@@ -449,11 +544,19 @@ fn user_lists(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     let e = util::errno();
     r.result(
         "errors.user_lists.poll_cq_eopnotsupp",
-        if n < 0 && e == libc::EOPNOTSUPP { Ok(()) } else { Err(format!("POLL_CQ returned {n} ({})", ename(e))) },
+        if n < 0 && e == libc::EOPNOTSUPP {
+            Ok(())
+        } else {
+            Err(format!("POLL_CQ returned {n} ({})", ename(e)))
+        },
     );
     r.result(
         "errors.user_lists.no_kernel_bytes_in_rings",
-        if uverbs_maps_hold(b"Linux version") { Err("a uverbs mapping holds \"Linux version\"".into()) } else { Ok(()) },
+        if uverbs_maps_hold(b"Linux version") {
+            Err("a uverbs mapping holds \"Linux version\"".into())
+        } else {
+            Ok(())
+        },
     );
     drop((a, b));
     Ok(())
@@ -467,13 +570,21 @@ const RING_LOG2_SLOTS: usize = 128;
 /// The ring of this process (a read-write uverbs mapping) whose header says 2^`log2` slots;
 /// exactly one must exist.
 fn ring_with(log2: u32) -> Result<*mut u8, String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let maps =
+        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     let mut found = Vec::new();
     for l in maps.lines().filter(|l| l.contains("uverbs")) {
         let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
-        let Some((lo, hi)) = range.split_once('-') else { continue };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
         if !perms.starts_with("rw") || hi - lo < 4096 {
             continue;
         }
@@ -486,7 +597,10 @@ fn ring_with(log2: u32) -> Result<*mut u8, String> {
     }
     match found[..] {
         [p] => Ok(p),
-        _ => Err(format!("{} uverbs mappings with 2^{log2} slots, want 1", found.len())),
+        _ => Err(format!(
+            "{} uverbs mappings with 2^{log2} slots, want 1",
+            found.len()
+        )),
     }
 }
 
@@ -495,7 +609,10 @@ fn scribble(p: *mut u8) {
     // SAFETY: `p` is a ring header in a live read-write mapping (ring_with).
     unsafe {
         let cons = std::ptr::read_volatile(p.add(RING_CONSUMER).cast::<u32>());
-        std::ptr::write_volatile(p.add(RING_PRODUCER).cast::<u32>(), cons.wrapping_add(1_000_003));
+        std::ptr::write_volatile(
+            p.add(RING_PRODUCER).cast::<u32>(),
+            cons.wrapping_add(1_000_003),
+        );
     }
 }
 
@@ -524,7 +641,9 @@ fn async_events(ctx: *mut ibv_context) -> Vec<(u32, usize)> {
 }
 
 fn fatal_count(ev: &[(u32, usize)], qp: &Qp) -> usize {
-    ev.iter().filter(|(t, q)| *t == IBV_EVENT_QP_FATAL && *q == qp.ptr as usize).count()
+    ev.iter()
+        .filter(|(t, q)| *t == IBV_EVENT_QP_FATAL && *q == qp.ptr as usize)
+        .count()
 }
 
 fn in_err(qp: &Qp) -> Result<(), String> {
@@ -536,8 +655,12 @@ fn in_err(qp: &Qp) -> Result<(), String> {
 
 fn modify_err_prompt(qp: &Qp) -> Result<(), String> {
     let t0 = std::time::Instant::now();
-    let a = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..zeroed() };
-    qp.modify(&a, IBV_QP_STATE).map_err(|e| format!("modify_qp(ERR): {}", ename(e)))?;
+    let a = ibv_qp_attr {
+        qp_state: IBV_QPS_ERR,
+        ..zeroed()
+    };
+    qp.modify(&a, IBV_QP_STATE)
+        .map_err(|e| format!("modify_qp(ERR): {}", ename(e)))?;
     let dt = t0.elapsed();
     if dt > Duration::from_secs(3) {
         return Err(format!("modify_qp(ERR) took {dt:?}"));
@@ -546,7 +669,13 @@ fn modify_err_prompt(qp: &Qp) -> Result<(), String> {
 }
 
 fn side(d: &Dev, send: u32, recv: u32, cqe: i32) -> Result<Side, String> {
-    let c = ibv_qp_cap { max_send_wr: send, max_recv_wr: recv, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let c = ibv_qp_cap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     Side::new(d, IBV_QPT_RC, c, cqe, MR)
 }
 
@@ -572,15 +701,25 @@ fn hostile(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         },
     );
     if let Ok(g) = &got {
-        r.info("errors.hostile.rq", format!("sender: {} after {dt:?}", dp::wc_str(&g[0])));
+        r.info(
+            "errors.hostile.rq",
+            format!("sender: {} after {dt:?}", dp::wc_str(&g[0])),
+        );
     }
     r.result("errors.hostile.rq.receiver_in_error", in_err(&b.qp));
-    r.result("errors.hostile.rq.modify_err_returns", modify_err_prompt(&b.qp));
+    r.result(
+        "errors.hostile.rq.modify_err_returns",
+        modify_err_prompt(&b.qp),
+    );
     std::thread::sleep(Duration::from_millis(200));
     let n = fatal_count(&async_events(db.ctx.ptr), &b.qp);
     r.result(
         "errors.hostile.rq.one_qp_fatal",
-        if n == 1 { Ok(()) } else { Err(format!("{n} QP_FATAL events for the receiver, want 1")) },
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} QP_FATAL events for the receiver, want 1"))
+        },
     );
     drop((a, b));
 
@@ -599,18 +738,32 @@ fn hostile(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     }
     let dt = t0.elapsed();
     rets.dedup();
-    r.info("errors.hostile.sq", format!("50 doorbells in {dt:?}, returned {rets:?}"));
+    r.info(
+        "errors.hostile.sq",
+        format!("50 doorbells in {dt:?}, returned {rets:?}"),
+    );
     r.result(
         "errors.hostile.sq.doorbells_return_promptly",
-        if dt < Duration::from_secs(5) { Ok(()) } else { Err(format!("50 doorbells took {dt:?}")) },
+        if dt < Duration::from_secs(5) {
+            Ok(())
+        } else {
+            Err(format!("50 doorbells took {dt:?}"))
+        },
     );
     r.result("errors.hostile.sq.sender_in_error", in_err(&a.qp));
-    r.result("errors.hostile.sq.modify_err_returns", modify_err_prompt(&a.qp));
+    r.result(
+        "errors.hostile.sq.modify_err_returns",
+        modify_err_prompt(&a.qp),
+    );
     std::thread::sleep(Duration::from_millis(200));
     let n = fatal_count(&async_events(da.ctx.ptr), &a.qp);
     r.result(
         "errors.hostile.sq.one_qp_fatal",
-        if n == 1 { Ok(()) } else { Err(format!("{n} QP_FATAL events for the sender, want 1")) },
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} QP_FATAL events for the sender, want 1"))
+        },
     );
     drop((a, b));
     let res = pair(da, db, 16, 52).and_then(|(a, b)| round_trip(&a, &b));
@@ -635,7 +788,11 @@ fn cq(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         .count();
     r.result(
         "errors.cq.overflow_one_cq_err",
-        if n == 1 { Ok(()) } else { Err(format!("{n} CQ_ERR events, want 1")) },
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} CQ_ERR events, want 1"))
+        },
     );
     drop((a, b));
 
@@ -657,13 +814,18 @@ fn cq(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
             Err(format!("ibv_resize_cq(4) with 8 waiting returned {ret}"))
         },
     );
-    let got = poll(&a, 8).and_then(|g| expect(&g, &(0..8).map(|i| (i, IBV_WC_SUCCESS)).collect::<Vec<_>>()));
+    let got = poll(&a, 8)
+        .and_then(|g| expect(&g, &(0..8).map(|i| (i, IBV_WC_SUCCESS)).collect::<Vec<_>>()));
     r.result("errors.cq.resize_refused_drops_nothing", got);
     // SAFETY: as above.
     let ret = unsafe { ibv_resize_cq(a.cq.ptr, 32) };
     r.result(
         "errors.cq.resize_up_works",
-        if ret == 0 { round_trip(&a, &b) } else { Err(format!("ibv_resize_cq(32) returned {ret}")) },
+        if ret == 0 {
+            round_trip(&a, &b)
+        } else {
+            Err(format!("ibv_resize_cq(32) returned {ret}"))
+        },
     );
     Ok(())
 }
@@ -681,11 +843,13 @@ fn arm_solicited(cq: &verbs::Cq) -> Result<(), String> {
 
 /// Whether an event comes within `t` (acknowledged if it does).
 fn event_within(ch: &Channel, t: Duration) -> Result<bool, String> {
-    ch.wait(t).map_err(|e| format!("completion channel: {}", ename(e)))
+    ch.wait(t)
+        .map_err(|e| format!("completion channel: {}", ename(e)))
 }
 
 fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
-    let ch = Channel::create(&db.ctx).map_err(|e| format!("ibv_create_comp_channel: {}", ename(e)))?;
+    let ch =
+        Channel::create(&db.ctx).map_err(|e| format!("ibv_create_comp_channel: {}", ename(e)))?;
     let a = side(da, 16, 16, 64)?;
     let b = Side::new_on(db, IBV_QPT_RC, cap(16), 64, MR, Some(&ch))?;
     dp::connect(da, &a, db, &b, IBV_QPT_RC, 0, &mut Rng::new(70))?;
@@ -713,8 +877,18 @@ fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
     // Still armed: the solicited SEND raises the event; then, armed again, a solicited
     // RDMA_WRITE_WITH_IMM.
     for (name, id, op, len) in [
-        ("errors.solicited.solicited_send_event", 2, IBV_WR_SEND, 3000),
-        ("errors.solicited.write_with_imm_event", 3, IBV_WR_RDMA_WRITE_WITH_IMM, 64),
+        (
+            "errors.solicited.solicited_send_event",
+            2,
+            IBV_WR_SEND,
+            3000,
+        ),
+        (
+            "errors.solicited.write_with_imm_event",
+            3,
+            IBV_WR_RDMA_WRITE_WITH_IMM,
+            64,
+        ),
     ] {
         if id == 3 {
             arm_solicited(&b.cq)?;
@@ -724,7 +898,11 @@ fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         let got = poll(&b, 1)?;
         r.result(
             name,
-            if ev { expect(&got, &[(199 + id, IBV_WC_SUCCESS)]) } else { Err("no event within 30 s".to_owned()) },
+            if ev {
+                expect(&got, &[(199 + id, IBV_WC_SUCCESS)])
+            } else {
+                Err("no event within 30 s".to_owned())
+            },
         );
     }
     poll(&a, 3)?;
@@ -737,7 +915,10 @@ fn solicited(da: &Dev, db: &Dev, r: &mut Report) -> Result<(), String> {
         "errors.solicited.error_event",
         match (ev, got.first()) {
             (true, Some(w)) if w.wr_id == 203 && w.status != IBV_WC_SUCCESS => Ok(()),
-            (true, _) => Err(format!("event, but completion {:?}", got.iter().map(dp::wc_str).collect::<Vec<_>>())),
+            (true, _) => Err(format!(
+                "event, but completion {:?}",
+                got.iter().map(dp::wc_str).collect::<Vec<_>>()
+            )),
             (false, _) => Err(format!(
                 "no event within 30 s for the receive completion [{}]",
                 got.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")
@@ -762,7 +943,17 @@ fn traffic(da: &Dev, db: &Dev) -> Result<(), String> {
         while outstanding < 32 {
             let off = (id as usize % 32) * 65536;
             if id.is_multiple_of(2) {
-                post(&a, &b, id, IBV_WR_RDMA_WRITE, off, 65536, off, b.rkey(), a.lkey())?;
+                post(
+                    &a,
+                    &b,
+                    id,
+                    IBV_WR_RDMA_WRITE,
+                    off,
+                    65536,
+                    off,
+                    b.rkey(),
+                    a.lkey(),
+                )?;
             } else {
                 post(&a, &b, id, IBV_WR_SEND, off, 65536, 0, 0, a.lkey())?;
             }
@@ -827,7 +1018,11 @@ fn hold(da: &Dev, db: &Dev, go: &str) -> Result<(), String> {
     }
     println!(
         "TEARDOWN {}",
-        if errs.is_empty() { "ok".to_owned() } else { errs.join(", ") }
+        if errs.is_empty() {
+            "ok".to_owned()
+        } else {
+            errs.join(", ")
+        }
     );
     Ok(())
 }
@@ -898,7 +1093,10 @@ fn main() -> ExitCode {
         _ => {}
     }
     for (name, f) in [
-        ("errors.bad_rkey", bad_rkey as fn(&Dev, &Dev, &mut Report) -> Result<(), String>),
+        (
+            "errors.bad_rkey",
+            bad_rkey as fn(&Dev, &Dev, &mut Report) -> Result<(), String>,
+        ),
         ("errors.bad_lkey", bad_lkey),
         ("errors.destroy_outstanding", destroy_outstanding),
         ("errors.hostile", hostile),

@@ -143,7 +143,10 @@ impl CqX {
         while got.len() < n {
             got.extend(self.poll_batch(n - got.len())?);
             if Instant::now() > end {
-                return Err(format!("{} of {n} completions after {TIMEOUT:?}", got.len()));
+                return Err(format!(
+                    "{} of {n} completions after {TIMEOUT:?}",
+                    got.len()
+                ));
             }
         }
         Ok(got)
@@ -214,6 +217,9 @@ fn set(x: *mut ibv_qp_ex, id: u64, flags: u32) {
     }
 }
 
+// The device writes the MR's memory behind the borrow checker's back: a slice from a shared
+// `Mr` is how a C program sees it too.
+#[allow(clippy::mut_from_ref)]
 fn mem(mr: &Mr, off: usize, len: usize) -> &mut [u8] {
     // SAFETY: inside the MR's buffer; single-threaded use between verbs calls.
     unsafe { std::slice::from_raw_parts_mut(((*mr.ptr).addr as *mut u8).add(off), len) }
@@ -297,7 +303,8 @@ fn run(r: &mut Report, dev: &str, writes: u64) -> Result<(), String> {
     let s = Setup { d, pd, mra, mrb };
 
     // 1. CQ ex.
-    let cq = create_cq_ex(&s.d, 256, STD_WC).map_err(|e| format!("ibv_create_cq_ex: {}", ename(e)))?;
+    let cq =
+        create_cq_ex(&s.d, 256, STD_WC).map_err(|e| format!("ibv_create_cq_ex: {}", ename(e)))?;
     let _cq_guard = Cq { ptr: cq.cq() };
     r.pass("cq_ex.create");
     let mut errs = Vec::new();
@@ -353,8 +360,18 @@ fn run(r: &mut Report, dev: &str, writes: u64) -> Result<(), String> {
     }
     r.cases("qp_ex.unsupported_ops_refused", errs, 4);
     let mut rng = Rng::new(dp::clock_seed());
-    let sa = dp::Side { qp: a, mr: Mr::reg(&s.pd, 64, ACCESS_ALL).unwrap(), cq: Cq::create(&s.d.ctx, 1, 0).unwrap(), pd: Pd::alloc(&s.d.ctx).unwrap() };
-    let sb = dp::Side { qp: b, mr: Mr::reg(&s.pd, 64, ACCESS_ALL).unwrap(), cq: Cq::create(&s.d.ctx, 1, 0).unwrap(), pd: Pd::alloc(&s.d.ctx).unwrap() };
+    let sa = dp::Side {
+        qp: a,
+        mr: Mr::reg(&s.pd, 64, ACCESS_ALL).unwrap(),
+        cq: Cq::create(&s.d.ctx, 1, 0).unwrap(),
+        pd: Pd::alloc(&s.d.ctx).unwrap(),
+    };
+    let sb = dp::Side {
+        qp: b,
+        mr: Mr::reg(&s.pd, 64, ACCESS_ALL).unwrap(),
+        cq: Cq::create(&s.d.ctx, 1, 0).unwrap(),
+        pd: Pd::alloc(&s.d.ctx).unwrap(),
+    };
     dp::connect(&s.d, &sa, &s.d, &sb, IBV_QPT_RC, 0, &mut rng)?;
     let (a, b) = (&sa.qp, &sb.qp);
 
@@ -369,16 +386,42 @@ fn run(r: &mut Report, dev: &str, writes: u64) -> Result<(), String> {
 /// 7. Slots are held until completion (see the header). `peer_qpn` + 0x1000 is a QPN nobody has.
 fn outstanding_check(r: &mut Report, s: &Setup, peer_qpn: u32) {
     let res = (|| -> Result<(), String> {
-        let cq = create_cq_ex(&s.d, 64, STD_WC).map_err(|e| format!("ibv_create_cq_ex: {}", ename(e)))?;
+        let cq = create_cq_ex(&s.d, 64, STD_WC)
+            .map_err(|e| format!("ibv_create_cq_ex: {}", ename(e)))?;
         let _cq_guard = Cq { ptr: cq.cq() };
-        let cap = ibv_qp_cap { max_send_wr: 8, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let q = create_qp_ex(&s.pd, cq, IBV_QPT_RC, cap, RC_OPS).map_err(|e| format!("ibv_create_qp_ex: {}", ename(e)))?;
+        let cap = ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let q = create_qp_ex(&s.pd, cq, IBV_QPT_RC, cap, RC_OPS)
+            .map_err(|e| format!("ibv_create_qp_ex: {}", ename(e)))?;
         // timeout 14 (67 ms) and one retry: the WRs fail within about half a second.
-        let rc = dp::RcParams { timeout: 14, retry_cnt: 1, rnr_retry: 0 };
-        dp::to_rts_with(&s.d, &q, IBV_QPT_RC, (peer_qpn + 0x1000) & 0xff_ffff, s.d.gid, 0, 0, 0, rc)?;
+        let rc = dp::RcParams {
+            timeout: 14,
+            retry_cnt: 1,
+            rnr_retry: 0,
+        };
+        dp::to_rts_with(
+            &s.d,
+            &q,
+            IBV_QPT_RC,
+            (peer_qpn + 0x1000) & 0xff_ffff,
+            s.d.gid,
+            0,
+            0,
+            0,
+            rc,
+        )?;
         let ma = &s.mra;
         let write = |id: u64| -> i32 {
-            let mut sge = ibv_sge { addr: addr(ma, 0), length: 8, lkey: lkey(ma) };
+            let mut sge = ibv_sge {
+                addr: addr(ma, 0),
+                length: 8,
+                lkey: lkey(ma),
+            };
             let mut w = ibv_send_wr {
                 wr_id: id,
                 sg_list: &mut sge,
@@ -403,12 +446,18 @@ fn outstanding_check(r: &mut Report, s: &Setup, peer_qpn: u32) {
         // (the peer does not exist and the first timeout is 67 ms away).
         let rc = write(7100);
         if rc != libc::ENOMEM {
-            return Err(format!("9th post with 8 outstanding: {} (want ENOMEM)", ename(rc)));
+            return Err(format!(
+                "9th post with 8 outstanding: {} (want ENOMEM)",
+                ename(rc)
+            ));
         }
         let done = cq.poll_n(8)?;
         let st: Vec<u32> = done.iter().map(|w| w.status).collect();
         let ids: Vec<u64> = done.iter().map(|w| w.wr_id).collect();
-        if st[0] != IBV_WC_RETRY_EXC_ERR || st[1..].iter().any(|&x| x != IBV_WC_WR_FLUSH_ERR) || ids != (7000..7008).collect::<Vec<_>>() {
+        if st[0] != IBV_WC_RETRY_EXC_ERR
+            || st[1..].iter().any(|&x| x != IBV_WC_WR_FLUSH_ERR)
+            || ids != (7000..7008).collect::<Vec<_>>()
+        {
             return Err(format!("completions {:?} with statuses {st:?}", ids));
         }
         // Completed: the slots are free (the QP is in ERR, so a new WR flushes at once).
@@ -418,7 +467,10 @@ fn outstanding_check(r: &mut Report, s: &Setup, peer_qpn: u32) {
         }
         let f = cq.poll_n(1)?;
         if f[0].wr_id != 7200 || f[0].status != IBV_WC_WR_FLUSH_ERR {
-            return Err(format!("after the completions: wr_id {} status {}", f[0].wr_id, f[0].status));
+            return Err(format!(
+                "after the completions: wr_id {} status {}",
+                f[0].wr_id, f[0].status
+            ));
         }
         Ok(())
     })();
@@ -431,7 +483,13 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
     rng.fill(mem(ma, 0, 4096));
     rng.fill(mem(mb, 0, 1 << 16));
     mem(mb, 0, 512).fill(0);
-    mem(mb, 16384, 16).copy_from_slice(&[7u8; 8].iter().chain(&[0u8; 8]).copied().collect::<Vec<_>>());
+    mem(mb, 16384, 16).copy_from_slice(
+        &[7u8; 8]
+            .iter()
+            .chain(&[0u8; 8])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
     let cas_old = u64::from_ne_bytes(mem(mb, 16384, 8).try_into().unwrap());
     mem(mb, 16392, 8).copy_from_slice(&1000u64.to_ne_bytes());
     let res = (|| -> Result<(), String> {
@@ -446,12 +504,26 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
     let x = qpx(a);
     let inline1 = *b"inline-hello";
     let parts = [
-        ibv_data_buf { addr: b"ab".as_ptr().cast_mut().cast(), length: 2 },
-        ibv_data_buf { addr: b"cdef".as_ptr().cast_mut().cast(), length: 4 },
+        ibv_data_buf {
+            addr: b"ab".as_ptr().cast_mut().cast(),
+            length: 2,
+        },
+        ibv_data_buf {
+            addr: b"cdef".as_ptr().cast_mut().cast(),
+            length: 4,
+        },
     ];
     let list = [
-        ibv_sge { addr: addr(ma, 128), length: 64, lkey: lkey(ma) },
-        ibv_sge { addr: addr(ma, 192), length: 64, lkey: lkey(ma) },
+        ibv_sge {
+            addr: addr(ma, 128),
+            length: 64,
+            lkey: lkey(ma),
+        },
+        ibv_sge {
+            addr: addr(ma, 192),
+            length: 64,
+            lkey: lkey(ma),
+        },
     ];
     let imm1 = 0x1234_5678u32.to_be();
     let imm2 = 0x9abc_def0u32.to_be();
@@ -464,7 +536,12 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
         wr!(x, wr_set_sge, lkey(ma), addr(ma, 0), 64);
         set(x, 2, sig);
         wr!(x, wr_send_imm, imm1);
-        wr!(x, wr_set_inline_data, inline1.as_ptr().cast_mut().cast(), inline1.len());
+        wr!(
+            x,
+            wr_set_inline_data,
+            inline1.as_ptr().cast_mut().cast(),
+            inline1.len()
+        );
         set(x, 3, sig);
         wr!(x, wr_rdma_write, rkey(mb), addr(mb, 4096));
         wr!(x, wr_set_sge_list, 2, list.as_ptr());
@@ -475,7 +552,14 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
         wr!(x, wr_rdma_read, rkey(mb), addr(mb, 12288));
         wr!(x, wr_set_sge, lkey(ma), addr(ma, 1024), 200);
         set(x, 6, sig);
-        wr!(x, wr_atomic_cmp_swp, rkey(mb), addr(mb, 16384), cas_old, 0x5555_aaaa_5555_aaaa);
+        wr!(
+            x,
+            wr_atomic_cmp_swp,
+            rkey(mb),
+            addr(mb, 16384),
+            cas_old,
+            0x5555_aaaa_5555_aaaa
+        );
         wr!(x, wr_set_sge, lkey(ma), addr(ma, 2048), 8);
         set(x, 7, sig | IBV_SEND_FENCE);
         wr!(x, wr_atomic_fetch_add, rkey(mb), addr(mb, 16392), 5);
@@ -493,11 +577,21 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
     r.pass("batch.poll_ex");
     let (aq, bq) = (a.qpn(), b.qpn());
     let mut errs = Vec::new();
-    let snd = |id, opcode, byte_len| ExWc { wr_id: id, opcode, qp_num: aq, byte_len, ..Default::default() };
+    let snd = |id, opcode, byte_len| ExWc {
+        wr_id: id,
+        opcode,
+        qp_num: aq,
+        byte_len,
+        ..Default::default()
+    };
     let mut sends: Vec<ExWc> = got.iter().filter(|w| w.qp_num == aq).copied().collect();
     let recvs: Vec<ExWc> = got.iter().filter(|w| w.qp_num == bq).copied().collect();
     if sends.len() != 7 || recvs.len() != 3 {
-        errs.push(format!("{} send and {} receive completions: {got:?}", sends.len(), recvs.len()));
+        errs.push(format!(
+            "{} send and {} receive completions: {got:?}",
+            sends.len(),
+            recvs.len()
+        ));
     }
     // byte_len of a send completion is not defined by the verbs; compare the rest.
     for w in &mut sends {
@@ -528,7 +622,13 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
     };
     let want_recvs = [
         rcv(901, IBV_WC_RECV, 64, 0, 0),
-        rcv(902, IBV_WC_RECV, inline1.len() as u32, imm1, IBV_WC_WITH_IMM),
+        rcv(
+            902,
+            IBV_WC_RECV,
+            inline1.len() as u32,
+            imm1,
+            IBV_WC_WITH_IMM,
+        ),
         rcv(903, IBV_WC_RECV_RDMA_WITH_IMM, 6, imm2, IBV_WC_WITH_IMM),
     ];
     for (g, w) in recvs.iter().zip(&want_recvs) {
@@ -544,33 +644,81 @@ fn batch_check(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp, rng: &mut Rng
     let mut errs = Vec::new();
     let mut data = |what: &str, got: Vec<u8>, want: Vec<u8>| {
         if got != want {
-            errs.push(format!("{what}: {:02x?} != {:02x?}", &got[..got.len().min(16)], &want[..want.len().min(16)]));
+            errs.push(format!(
+                "{what}: {:02x?} != {:02x?}",
+                &got[..got.len().min(16)],
+                &want[..want.len().min(16)]
+            ));
         }
     };
     data("send", mem(mb, 0, 64).to_vec(), mem(ma, 0, 64).to_vec());
-    data("send_imm inline", mem(mb, 64, inline1.len()).to_vec(), inline1.to_vec());
-    data("write sge list", mem(mb, 4096, 128).to_vec(), mem(ma, 128, 128).to_vec());
-    data("write_imm inline list", mem(mb, 8192, 6).to_vec(), b"abcdef".to_vec());
-    data("read", mem(ma, 1024, 200).to_vec(), mem(mb, 12288, 200).to_vec());
-    data("cmp_swp old", mem(ma, 2048, 8).to_vec(), cas_old.to_ne_bytes().to_vec());
-    data("cmp_swp new", mem(mb, 16384, 8).to_vec(), 0x5555_aaaa_5555_aaaau64.to_ne_bytes().to_vec());
-    data("fetch_add old", mem(ma, 2056, 8).to_vec(), 1000u64.to_ne_bytes().to_vec());
-    data("fetch_add new", mem(mb, 16392, 8).to_vec(), 1005u64.to_ne_bytes().to_vec());
+    data(
+        "send_imm inline",
+        mem(mb, 64, inline1.len()).to_vec(),
+        inline1.to_vec(),
+    );
+    data(
+        "write sge list",
+        mem(mb, 4096, 128).to_vec(),
+        mem(ma, 128, 128).to_vec(),
+    );
+    data(
+        "write_imm inline list",
+        mem(mb, 8192, 6).to_vec(),
+        b"abcdef".to_vec(),
+    );
+    data(
+        "read",
+        mem(ma, 1024, 200).to_vec(),
+        mem(mb, 12288, 200).to_vec(),
+    );
+    data(
+        "cmp_swp old",
+        mem(ma, 2048, 8).to_vec(),
+        cas_old.to_ne_bytes().to_vec(),
+    );
+    data(
+        "cmp_swp new",
+        mem(mb, 16384, 8).to_vec(),
+        0x5555_aaaa_5555_aaaau64.to_ne_bytes().to_vec(),
+    );
+    data(
+        "fetch_add old",
+        mem(ma, 2056, 8).to_vec(),
+        1000u64.to_ne_bytes().to_vec(),
+    );
+    data(
+        "fetch_add new",
+        mem(mb, 16392, 8).to_vec(),
+        1005u64.to_ne_bytes().to_vec(),
+    );
     r.cases("batch.data", errs, 9);
 }
 
 /// 4. UD: SEND_WITH_IMM addressed with `ibv_wr_set_ud_addr`.
 fn ud_check(r: &mut Report, s: &Setup, cq: CqX) {
     let res = (|| -> Result<(), String> {
-        let cap = ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let cap = ibv_qp_cap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
         let ops = (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
-        let c = create_qp_ex(&s.pd, cq, IBV_QPT_UD, cap, ops).map_err(|e| format!("create UD: {}", ename(e)))?;
-        let dq = create_qp_ex(&s.pd, cq, IBV_QPT_UD, cap, ops).map_err(|e| format!("create UD: {}", ename(e)))?;
+        let c = create_qp_ex(&s.pd, cq, IBV_QPT_UD, cap, ops)
+            .map_err(|e| format!("create UD: {}", ename(e)))?;
+        let dq = create_qp_ex(&s.pd, cq, IBV_QPT_UD, cap, ops)
+            .map_err(|e| format!("create UD: {}", ename(e)))?;
         let qkey = 0x1111_2222;
         for q in [&c, &dq] {
             dp::to_rts(&s.d, q, IBV_QPT_UD, 0, [0; 16], 0, 0x100, qkey)?;
         }
-        let mut aha = ibv_ah_attr { is_global: 1, port_num: s.d.port, ..zeroed() };
+        let mut aha = ibv_ah_attr {
+            is_global: 1,
+            port_num: s.d.port,
+            ..zeroed()
+        };
         aha.grh.dgid.raw = s.d.gid;
         aha.grh.sgid_index = s.d.gid_index;
         aha.grh.hop_limit = 64;
@@ -592,8 +740,14 @@ fn ud_check(r: &mut Report, s: &Setup, cq: CqX) {
             return Err(format!("wr_complete: {}", ename(rc)));
         }
         let got = cq.poll_n(2)?;
-        let send = got.iter().find(|w| w.qp_num == c.qpn()).ok_or("no send completion")?;
-        let rcv = got.iter().find(|w| w.qp_num == dq.qpn()).ok_or("no receive completion")?;
+        let send = got
+            .iter()
+            .find(|w| w.qp_num == c.qpn())
+            .ok_or("no send completion")?;
+        let rcv = got
+            .iter()
+            .find(|w| w.qp_num == dq.qpn())
+            .ok_or("no receive completion")?;
         if (send.wr_id, send.status, send.opcode) != (55, IBV_WC_SUCCESS, IBV_WC_SEND) {
             return Err(format!("send completion {send:?}"));
         }
@@ -624,7 +778,10 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
     let res = (|| -> Result<(), String> {
         let (qa, _) = a.query().map_err(|e| format!("query_qp: {}", ename(e)))?;
         if (qa.cap.max_send_wr, qa.cap.max_recv_wr) != (8, 8) {
-            return Err(format!("query_qp caps {} / {}, created with 8 / 8", qa.cap.max_send_wr, qa.cap.max_recv_wr));
+            return Err(format!(
+                "query_qp caps {} / {}, created with 8 / 8",
+                qa.cap.max_send_wr, qa.cap.max_recv_wr
+            ));
         }
         Ok(())
     })();
@@ -651,12 +808,22 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
         if rc == libc::ENOMEM && stray.is_empty() {
             Ok(())
         } else {
-            Err(format!("wr_complete = {}, {} completions", ename(rc), stray.len()))
+            Err(format!(
+                "wr_complete = {}, {} completions",
+                ename(rc),
+                stray.len()
+            ))
         },
     );
 
     // ibv_post_send: a list of 9 signaled writes: 8 go, the 9th is ENOMEM and *bad_wr.
-    let mut sges: Vec<ibv_sge> = (0..9).map(|_| ibv_sge { addr: addr(ma, 0), length: 8, lkey: lkey(ma) }).collect();
+    let mut sges: Vec<ibv_sge> = (0..9)
+        .map(|_| ibv_sge {
+            addr: addr(ma, 0),
+            length: 8,
+            lkey: lkey(ma),
+        })
+        .collect();
     let mut wrs: Vec<ibv_send_wr> = (0..9)
         .map(|i| {
             let mut w = ibv_send_wr {
@@ -684,14 +851,29 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
         "full.post_send_over_max_send_wr",
         match (&done, rc, bad_idx) {
             (Ok(_), libc::ENOMEM, Some(8)) => Ok(()),
-            _ => Err(format!("post_send = {}, bad_wr index {bad_idx:?}, completions {:?}", ename(rc), done.map(|d| d.len()))),
+            _ => Err(format!(
+                "post_send = {}, bad_wr index {bad_idx:?}, completions {:?}",
+                ename(rc),
+                done.map(|d| d.len())
+            )),
         },
     );
 
     // ibv_post_recv on B (nothing consumes them): 8 fit, the 9th is ENOMEM.
-    let mut rs: Vec<ibv_sge> = (0..9).map(|_| ibv_sge { addr: addr(mb, 0), length: 8, lkey: lkey(mb) }).collect();
+    let mut rs: Vec<ibv_sge> = (0..9)
+        .map(|_| ibv_sge {
+            addr: addr(mb, 0),
+            length: 8,
+            lkey: lkey(mb),
+        })
+        .collect();
     let mut rw: Vec<ibv_recv_wr> = (0..9)
-        .map(|i| ibv_recv_wr { wr_id: 3000 + i as u64, sg_list: &mut rs[i], num_sge: 1, ..zeroed() })
+        .map(|i| ibv_recv_wr {
+            wr_id: 3000 + i as u64,
+            sg_list: &mut rs[i],
+            num_sge: 1,
+            ..zeroed()
+        })
         .collect();
     for i in 0..8 {
         rw[i].next = &mut rw[i + 1];
@@ -705,7 +887,10 @@ fn full_checks(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, b: &Qp) {
         if rc == libc::ENOMEM && bad_idx == Some(8) {
             Ok(())
         } else {
-            Err(format!("post_recv = {}, bad_wr index {bad_idx:?}", ename(rc)))
+            Err(format!(
+                "post_recv = {}, bad_wr index {bad_idx:?}",
+                ename(rc)
+            ))
         },
     );
 }
@@ -732,7 +917,13 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
                     }
                     wc[..n as usize]
                         .iter()
-                        .map(|w| ExWc { wr_id: w.wr_id, status: w.status, opcode: w.opcode, qp_num: w.qp_num, ..Default::default() })
+                        .map(|w| ExWc {
+                            wr_id: w.wr_id,
+                            status: w.status,
+                            opcode: w.opcode,
+                            qp_num: w.qp_num,
+                            ..Default::default()
+                        })
                         .collect()
                 } else {
                     match cq.poll_batch(4) {
@@ -758,7 +949,9 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
                 // SAFETY: a live CQ (its size is always above the 8 outstanding WRs).
                 let rc = unsafe { ibv_resize_cq(cq.cq(), n) };
                 if rc != 0 {
-                    errs.lock().unwrap().push(format!("ibv_resize_cq({n}) = {}", ename(rc)));
+                    errs.lock()
+                        .unwrap()
+                        .push(format!("ibv_resize_cq({n}) = {}", ename(rc)));
                     break;
                 }
                 resizes.fetch_add(1, Ordering::SeqCst);
@@ -774,7 +967,10 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
     let mut post_err = None;
     while posted < writes {
         if Instant::now() > end {
-            post_err = Some(format!("timeout: {posted} posted, {} completed", done.load(Ordering::SeqCst)));
+            post_err = Some(format!(
+                "timeout: {posted} posted, {} completed",
+                done.load(Ordering::SeqCst)
+            ));
             break;
         }
         if posted - done.load(Ordering::SeqCst) >= 8 || !errs.lock().unwrap().is_empty() {
@@ -784,7 +980,11 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
             std::thread::yield_now();
             continue;
         }
-        let mut sge = ibv_sge { addr: addr(ma, 0), length: 8, lkey: lkey(ma) };
+        let mut sge = ibv_sge {
+            addr: addr(ma, 0),
+            length: 8,
+            lkey: lkey(ma),
+        };
         let mut w = ibv_send_wr {
             wr_id: 10_000 + posted,
             sg_list: &mut sge,
@@ -802,7 +1002,10 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
         posted += 1;
     }
     let wait = Instant::now() + TIMEOUT;
-    while done.load(Ordering::SeqCst) < posted && Instant::now() < wait && errs.lock().unwrap().is_empty() {
+    while done.load(Ordering::SeqCst) < posted
+        && Instant::now() < wait
+        && errs.lock().unwrap().is_empty()
+    {
         std::thread::sleep(Duration::from_millis(5));
     }
     stop.store(true, Ordering::SeqCst);
@@ -814,9 +1017,16 @@ fn resize_stress(r: &mut Report, s: &Setup, cq: CqX, a: &Qp, _b: &Qp, writes: u6
     let seen = seen.lock().unwrap();
     let ids: BTreeSet<u64> = seen.iter().map(|w| w.wr_id).collect();
     if seen.len() as u64 != posted || ids.len() as u64 != posted {
-        problems.push(format!("{} completions ({} distinct) for {posted} writes", seen.len(), ids.len()));
+        problems.push(format!(
+            "{} completions ({} distinct) for {posted} writes",
+            seen.len(),
+            ids.len()
+        ));
     }
-    if let Some(w) = seen.iter().find(|w| w.status != IBV_WC_SUCCESS || w.opcode != IBV_WC_RDMA_WRITE) {
+    if let Some(w) = seen
+        .iter()
+        .find(|w| w.status != IBV_WC_SUCCESS || w.opcode != IBV_WC_RDMA_WRITE)
+    {
         problems.push(format!("bad completion {w:?}"));
     }
     let n = resizes.load(Ordering::SeqCst);

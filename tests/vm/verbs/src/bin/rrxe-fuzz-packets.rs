@@ -91,8 +91,16 @@ fn parse() -> Result<Opts, String> {
             "--netns" => o.netns = Some(dp::arg_val(&mut args, &a)?),
             "--packets" => o.packets = dp::arg_val(&mut args, &a)?,
             "--seed" => o.seed = dp::arg_val(&mut args, &a)?,
-            "--src" => o.src = dp::arg_val::<String>(&mut args, &a)?.parse().map_err(|e| format!("--src: {e}"))?,
-            "--dst" => o.dst = dp::arg_val::<String>(&mut args, &a)?.parse().map_err(|e| format!("--dst: {e}"))?,
+            "--src" => {
+                o.src = dp::arg_val::<String>(&mut args, &a)?
+                    .parse()
+                    .map_err(|e| format!("--src: {e}"))?
+            }
+            "--dst" => {
+                o.dst = dp::arg_val::<String>(&mut args, &a)?
+                    .parse()
+                    .map_err(|e| format!("--dst: {e}"))?
+            }
             _ => return Err(format!("unknown argument {a} (see the source's header)")),
         }
     }
@@ -155,14 +163,21 @@ fn bring(dev: &Dev, qp: &Qp, t: u32, st: QState, peer: [u8; 16]) -> Result<(), S
         ..zeroed()
     };
     let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-    mask |= if t == IBV_QPT_UD { IBV_QP_QKEY } else { IBV_QP_ACCESS_FLAGS };
-    qp.modify(&a, mask).map_err(|e| format!("->INIT: {}", ename(e)))?;
+    mask |= if t == IBV_QPT_UD {
+        IBV_QP_QKEY
+    } else {
+        IBV_QP_ACCESS_FLAGS
+    };
+    qp.modify(&a, mask)
+        .map_err(|e| format!("->INIT: {}", ename(e)))?;
     if st == QState::Init {
         return Ok(());
     }
     if st == QState::Err {
         a.qp_state = IBV_QPS_ERR;
-        return qp.modify(&a, IBV_QP_STATE).map_err(|e| format!("->ERR: {}", ename(e)));
+        return qp
+            .modify(&a, IBV_QP_STATE)
+            .map_err(|e| format!("->ERR: {}", ename(e)));
     }
     a.qp_state = IBV_QPS_RTR;
     mask = IBV_QP_STATE;
@@ -182,7 +197,8 @@ fn bring(dev: &Dev, qp: &Qp, t: u32, st: QState, peer: [u8; 16]) -> Result<(), S
         a.min_rnr_timer = 1;
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     }
-    qp.modify(&a, mask).map_err(|e| format!("->RTR: {}", ename(e)))?;
+    qp.modify(&a, mask)
+        .map_err(|e| format!("->RTR: {}", ename(e)))?;
     if st == QState::Rtr {
         return Ok(());
     }
@@ -196,7 +212,8 @@ fn bring(dev: &Dev, qp: &Qp, t: u32, st: QState, peer: [u8; 16]) -> Result<(), S
         a.max_rd_atomic = 4;
         mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
     }
-    qp.modify(&a, mask).map_err(|e| format!("->RTS: {}", ename(e)))
+    qp.modify(&a, mask)
+        .map_err(|e| format!("->RTS: {}", ename(e)))
 }
 
 /// What a generated packet is, for the table.
@@ -238,7 +255,7 @@ impl Gen<'_> {
     fn psn_for(&mut self, epsn: u32) -> u32 {
         let e = Psn::from_masked(epsn);
         match self.rng.below(9) {
-            0 | 1 | 2 => e.get(),
+            0..=2 => e.get(),
             3 => e.wrapping_sub(1).get(),
             4 => e.wrapping_add(1).get(),
             5 => e.wrapping_add(1 << 23).get(),
@@ -290,7 +307,9 @@ impl Gen<'_> {
             }
         };
         let info = opcode::info(op);
-        let hdr_len = info.map(|i| i.hdr_len()).unwrap_or(12 + 4 * r.below(8) as usize);
+        let hdr_len = info
+            .map(|i| i.hdr_len())
+            .unwrap_or(12 + 4 * r.below(8) as usize);
         // Payload length: by position, sometimes wrong.
         let mtu = self.mtu;
         let mut bad_len = false;
@@ -332,7 +351,12 @@ impl Gen<'_> {
                 // a pad count the length does not agree with: the payload loses bytes, which
                 // is invalid only when the payload must be exact or becomes negative
                 pad = p;
-                if paylen < p as usize || matches!(info.map(|i| i.position), Some(Position::First | Position::Middle)) {
+                if paylen < p as usize
+                    || matches!(
+                        info.map(|i| i.position),
+                        Some(Position::First | Position::Middle)
+                    )
+                {
                     bad_len = true;
                 }
             }
@@ -349,7 +373,11 @@ impl Gen<'_> {
             mig: false,
             pad,
             tver: if bad_tver { 1 + r.below(15) as u8 } else { 0 },
-            pkey: if bad_pkey { (r.u32() as u16) & 0x7ffe | 0x0100 } else { 0xffff },
+            pkey: if bad_pkey {
+                (r.u32() as u16) & 0x7ffe | 0x0100
+            } else {
+                0xffff
+            },
             fecn: false,
             becn: false,
             dest_qp: qpn,
@@ -375,11 +403,19 @@ impl Gen<'_> {
                             1 => r.u32(),
                             _ => self.live_rkey,
                         };
-                        let va = if r.below(4) == 0 { r.u64() } else { self.live_addr + r.below(self.live_len) };
+                        let va = if r.below(4) == 0 {
+                            r.u64()
+                        } else {
+                            self.live_addr + r.below(self.live_len)
+                        };
                         h[0..8].copy_from_slice(&va.to_be_bytes());
                         h[8..12].copy_from_slice(&rkey.to_be_bytes());
                         if e == Ext::Reth {
-                            let len = if r.below(4) == 0 { r.u32() } else { paylen as u32 };
+                            let len = if r.below(4) == 0 {
+                                r.u32()
+                            } else {
+                                paylen as u32
+                            };
                             h[12..16].copy_from_slice(&len.to_be_bytes());
                         } else {
                             r.fill(&mut h[12..28]);
@@ -397,7 +433,7 @@ impl Gen<'_> {
         roce.resize(start + paylen + pad as usize, 0);
         r.fill(&mut roce[start..]);
         roce.extend_from_slice(&[0; 4]); // ICRC
-        // Truncation: cut below the opcode's header length (+ICRC).
+                                         // Truncation: cut below the opcode's header length (+ICRC).
         let mut truncated = false;
         if r.below(25) == 0 {
             let min = hdr_len + 4;
@@ -531,20 +567,45 @@ fn fd2(o: &Opts) -> Result<i32, String> {
 /// Returns (receive completions, rx_icrc_errors delta).
 fn icrc_probe(o: &Opts, dev: &Dev, pd: &Pd, fd: i32, k: usize) -> Result<(usize, u64), String> {
     let cq = Cq::create(&dev.ctx, 256, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
-    let cap = ibv_qp_cap { max_send_wr: 4, max_recv_wr: 2 * k as u32, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = Qp::create(pd, &cq, IBV_QPT_UD, cap, false).map_err(|e| format!("create_qp: {}", ename(e)))?;
+    let cap = ibv_qp_cap {
+        max_send_wr: 4,
+        max_recv_wr: 2 * k as u32,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = Qp::create(pd, &cq, IBV_QPT_UD, cap, false)
+        .map_err(|e| format!("create_qp: {}", ename(e)))?;
     bring(dev, &qp, IBV_QPT_UD, QState::Rts, mapped(o.src))?;
-    let mr = Mr::reg(pd, 2 * k * 256, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
+    let mr =
+        Mr::reg(pd, 2 * k * 256, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
     for i in 0..2 * k {
         // SAFETY: registered MR.
-        let mut sge = unsafe { ibv_sge { addr: (*mr.ptr).addr as u64 + 256 * i as u64, length: 256, lkey: (*mr.ptr).lkey } };
-        let mut wr = ibv_recv_wr { wr_id: i as u64, sg_list: &mut sge, num_sge: 1, ..zeroed() };
+        let mut sge = unsafe {
+            ibv_sge {
+                addr: (*mr.ptr).addr as u64 + 256 * i as u64,
+                length: 256,
+                lkey: (*mr.ptr).lkey,
+            }
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: i as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..zeroed()
+        };
         dp::post_recv(&qp, &mut wr)?;
     }
     let before = robust::stats(&o.dev).unwrap_or_default();
     let mut rng = Rng::new(o.seed ^ 0x1c7c);
     for i in 0..2 * k {
-        let bth = Bth { opcode: 0x64, pkey: 0xffff, dest_qp: qp.qpn(), psn: Psn::from_masked(i as u32), ..Default::default() };
+        let bth = Bth {
+            opcode: 0x64,
+            pkey: 0xffff,
+            dest_qp: qp.qpn(),
+            psn: Psn::from_masked(i as u32),
+            ..Default::default()
+        };
         let mut roce = bth.to_bytes().to_vec();
         roce.extend_from_slice(&QKEY.to_be_bytes());
         roce.extend_from_slice(&0x123u32.to_be_bytes());
@@ -564,7 +625,11 @@ fn icrc_probe(o: &Opts, dev: &Dev, pd: &Pd, fd: i32, k: usize) -> Result<(usize,
     unsafe { libc::close(fd) };
     let wcs = dp::drain(&cq, Duration::from_millis(1500));
     let after = robust::stats(&o.dev).unwrap_or_default();
-    let d = after.get("rx_icrc_errors").copied().unwrap_or(0).saturating_sub(before.get("rx_icrc_errors").copied().unwrap_or(0));
+    let d = after
+        .get("rx_icrc_errors")
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(before.get("rx_icrc_errors").copied().unwrap_or(0));
     let ok = wcs.iter().filter(|w| w.status == IBV_WC_SUCCESS).count();
     drop(qp);
     drop(mr);
@@ -576,7 +641,10 @@ fn raw_socket() -> Result<i32, String> {
     // SAFETY: plain socket call.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     if fd < 0 {
-        return Err(format!("socket(AF_INET, SOCK_RAW): {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "socket(AF_INET, SOCK_RAW): {}",
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(fd)
 }
@@ -610,12 +678,17 @@ fn send_batch(fd: i32, batch: &[(Vec<u8>, &'static str, bool)], dst: Ipv4Addr) -
     let sa = libc::sockaddr_in {
         sin_family: libc::AF_INET as u16,
         sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(dst.octets()) },
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(dst.octets()),
+        },
         sin_zero: [0; 8],
     };
     let mut iov: Vec<libc::iovec> = batch
         .iter()
-        .map(|(p, _, _)| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
+        .map(|(p, _, _)| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
         .collect();
     let mut msgs: Vec<libc::mmsghdr> = iov
         .iter_mut()
@@ -632,7 +705,8 @@ fn send_batch(fd: i32, batch: &[(Vec<u8>, &'static str, bool)], dst: Ipv4Addr) -
     let mut done = 0usize;
     while done < msgs.len() {
         // SAFETY: valid message array.
-        let r = unsafe { libc::sendmmsg(fd, msgs[done..].as_mut_ptr(), (msgs.len() - done) as u32, 0) };
+        let r =
+            unsafe { libc::sendmmsg(fd, msgs[done..].as_mut_ptr(), (msgs.len() - done) as u32, 0) };
         if r > 0 {
             done += r as usize;
         } else if send_raw(fd, &batch[done].0, dst) {
@@ -648,7 +722,11 @@ fn softnet_drops() -> u64 {
     std::fs::read_to_string("/proc/net/softnet_stat")
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.split_whitespace().nth(1).and_then(|h| u64::from_str_radix(h, 16).ok()))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+        })
         .sum()
 }
 
@@ -667,12 +745,21 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
     let mtu = dev.mtu();
     let pd = Pd::alloc(&dev.ctx).map_err(|e| format!("alloc_pd: {}", ename(e)))?;
     let cq = Cq::create(&dev.ctx, 4096, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
-    let live_mr = Mr::reg(&pd, 1 << 16, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
-    let dead_mr = Mr::reg(&pd, 1 << 16, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
+    let live_mr =
+        Mr::reg(&pd, 1 << 16, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
+    let dead_mr =
+        Mr::reg(&pd, 1 << 16, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
     // SAFETY: registered MRs.
-    let (live_rkey, live_addr, dead_rkey) =
-        unsafe { ((*live_mr.ptr).rkey, (*live_mr.ptr).addr as u64, (*dead_mr.ptr).rkey) };
-    dead_mr.destroy().map_err(|e| format!("dereg_mr: {}", ename(e)))?;
+    let (live_rkey, live_addr, dead_rkey) = unsafe {
+        (
+            (*live_mr.ptr).rkey,
+            (*live_mr.ptr).addr as u64,
+            (*dead_mr.ptr).rkey,
+        )
+    };
+    dead_mr
+        .destroy()
+        .map_err(|e| format!("dereg_mr: {}", ename(e)))?;
     let peer = mapped(o.src);
     let mut qps = Vec::new();
     let mut targets = Vec::new();
@@ -683,21 +770,47 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    for (t, tt) in [(IBV_QPT_RC, Transport::Rc), (IBV_QPT_UC, Transport::Uc), (IBV_QPT_UD, Transport::Ud)] {
-        for st in [QState::Reset, QState::Init, QState::Rtr, QState::Rts, QState::Err] {
-            let qp = Qp::create(&pd, &cq, t, cap, false).map_err(|e| format!("create_qp type {t}: {}", ename(e)))?;
+    for (t, tt) in [
+        (IBV_QPT_RC, Transport::Rc),
+        (IBV_QPT_UC, Transport::Uc),
+        (IBV_QPT_UD, Transport::Ud),
+    ] {
+        for st in [
+            QState::Reset,
+            QState::Init,
+            QState::Rtr,
+            QState::Rts,
+            QState::Err,
+        ] {
+            let qp = Qp::create(&pd, &cq, t, cap, false)
+                .map_err(|e| format!("create_qp type {t}: {}", ename(e)))?;
             bring(&dev, &qp, t, st, peer).map_err(|e| format!("qp type {t}: {e}"))?;
             if matches!(st, QState::Rtr | QState::Rts) {
                 // some receive buffers, so that some SENDs land (the rest see RNR/no buffer)
                 for k in 0..32u64 {
                     // SAFETY: live MR.
-                    let mut sge = ibv_sge { addr: live_addr + 1024 * (k % 64), length: 2048.min(1 << 16), lkey: unsafe { (*live_mr.ptr).lkey } };
+                    let mut sge = ibv_sge {
+                        addr: live_addr + 1024 * (k % 64),
+                        length: 2048,
+                        lkey: unsafe { (*live_mr.ptr).lkey },
+                    };
                     sge.length = 1024;
-                    let mut wr = ibv_recv_wr { wr_id: k, sg_list: &mut sge, num_sge: 1, ..zeroed() };
+                    let mut wr = ibv_recv_wr {
+                        wr_id: k,
+                        sg_list: &mut sge,
+                        num_sge: 1,
+                        ..zeroed()
+                    };
                     dp::post_recv(&qp, &mut wr)?;
                 }
             }
-            targets.push(Target { qpn: qp.qpn(), t: tt, state: st, epsn: RQ_PSN, own: true });
+            targets.push(Target {
+                qpn: qp.qpn(),
+                t: tt,
+                state: st,
+                epsn: RQ_PSN,
+                own: true,
+            });
             qps.push(qp);
         }
     }
@@ -707,10 +820,19 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
         Some(q) => q,
         None => {
             let r = xfer.stop();
-            return Err(format!("live transfer did not start: {}", r.error.unwrap_or_default()));
+            return Err(format!(
+                "live transfer did not start: {}",
+                r.error.unwrap_or_default()
+            ));
         }
     };
-    targets.push(Target { qpn: la, t: Transport::Rc, state: QState::Rts, epsn: 0, own: false });
+    targets.push(Target {
+        qpn: la,
+        t: Transport::Rc,
+        state: QState::Rts,
+        epsn: 0,
+        own: false,
+    });
     // The socket, in the peer namespace.
     if let Some(ns) = &o.netns {
         robust::enter_netns(Some(ns))?;
@@ -723,7 +845,10 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
     let before = match robust::stats(&o.dev) {
         Ok(m) => m,
         Err(e) => {
-            rep.info("fuzz_packets.counters", format!("{e}: fuzzing anyway, the accounting check will fail"));
+            rep.info(
+                "fuzz_packets.counters",
+                format!("{e}: fuzzing anyway, the accounting check will fail"),
+            );
             BTreeMap::new()
         }
     };
@@ -760,7 +885,11 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
         // keep our CQ from overflowing
         let _ = dp::poll_once(&cq, &mut wc);
         if n / 20_000 != before_n / 20_000 {
-            println!("fuzz-packets: {n} packets, {:.1} s, live ops {}", t0.elapsed().as_secs_f64(), xfer.ops.load(std::sync::atomic::Ordering::Relaxed));
+            println!(
+                "fuzz-packets: {n} packets, {:.1} s, live ops {}",
+                t0.elapsed().as_secs_f64(),
+                xfer.ops.load(std::sync::atomic::Ordering::Relaxed)
+            );
         }
     }
     let secs = t0.elapsed().as_secs_f64();
@@ -779,11 +908,17 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
         tally.send_errors,
         sn_drops
     );
-    println!("fuzz-packets: {:<28} {:>10} {:>10}", "category", "sent", "invalid");
+    println!(
+        "fuzz-packets: {:<28} {:>10} {:>10}",
+        "category", "sent", "invalid"
+    );
     for (c, (s, i)) in &tally.cat {
         println!("fuzz-packets: {c:<28} {s:>10} {i:>10}");
     }
-    println!("fuzz-packets: {:<28} {:>10} {:>10}", "total", tally.sent, tally.invalid);
+    println!(
+        "fuzz-packets: {:<28} {:>10} {:>10}",
+        "total", tally.sent, tally.invalid
+    );
     println!("fuzz-packets: counter deltas ({}):", o.dev);
     let mut sum = 0u64;
     for (k, v) in &after {
@@ -793,21 +928,42 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
             sum += d;
         }
         if d != 0 || rel {
-            println!("fuzz-packets:   {k:<26} {d:>10}{}", if rel { "  (drop/NAK)" } else { "" });
+            println!(
+                "fuzz-packets:   {k:<26} {d:>10}{}",
+                if rel { "  (drop/NAK)" } else { "" }
+            );
         }
     }
-    println!("fuzz-packets: drop/NAK counters grew by {sum}; invalid packets sent {}", tally.invalid);
+    println!(
+        "fuzz-packets: drop/NAK counters grew by {sum}; invalid packets sent {}",
+        tally.invalid
+    );
     // Checks.
     match (&res.error, res.ops) {
         (None, n) if n > 0 => {
             rep.pass("fuzz_packets.live_transfer_correct");
-            println!("fuzz-packets: live transfer: {} verified operations, {} bytes", res.ops, res.bytes);
+            println!(
+                "fuzz-packets: live transfer: {} verified operations, {} bytes",
+                res.ops, res.bytes
+            );
         }
-        (None, _) => rep.fail("fuzz_packets.live_transfer_correct", "no operation completed"),
-        (Some(e), _) => rep.fail("fuzz_packets.live_transfer_correct", format!("after {} ops: {e}", res.ops)),
+        (None, _) => rep.fail(
+            "fuzz_packets.live_transfer_correct",
+            "no operation completed",
+        ),
+        (Some(e), _) => rep.fail(
+            "fuzz_packets.live_transfer_correct",
+            format!("after {} ops: {e}", res.ops),
+        ),
     }
     if after.is_empty() {
-        rep.fail("fuzz_packets.drops_accounted", format!("{} exports no counters (rdma statistic show link {}/1)", o.dev, o.dev));
+        rep.fail(
+            "fuzz_packets.drops_accounted",
+            format!(
+                "{} exports no counters (rdma statistic show link {}/1)",
+                o.dev, o.dev
+            ),
+        );
     } else if sum + sn_drops >= tally.invalid {
         rep.pass("fuzz_packets.drops_accounted");
     } else {
@@ -817,7 +973,10 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
         );
     }
     if tally.send_errors * 100 > tally.sent.max(1) {
-        rep.fail("fuzz_packets.sent", format!("{} sendto errors", tally.send_errors));
+        rep.fail(
+            "fuzz_packets.sent",
+            format!("{} sendto errors", tally.send_errors),
+        );
     }
     // ICRC probe: 20 UD SENDs that are valid but for a wrong ICRC, then 20 valid ones, to a
     // fresh UD QP with 40 receives posted: exactly the valid ones may complete, and the bad
@@ -833,7 +992,10 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
             if icrc_delta >= 20 {
                 rep.pass("fuzz_packets.icrc_probe.counted_in_rx_icrc_errors");
             } else {
-                rep.fail("fuzz_packets.icrc_probe.counted_in_rx_icrc_errors", format!("rx_icrc_errors grew by {icrc_delta} for 20 bad-ICRC datagrams"));
+                rep.fail(
+                    "fuzz_packets.icrc_probe.counted_in_rx_icrc_errors",
+                    format!("rx_icrc_errors grew by {icrc_delta} for 20 bad-ICRC datagrams"),
+                );
             }
         }
         Err(e) => rep.fail("fuzz_packets.icrc_probe", e),
@@ -855,7 +1017,10 @@ fn run(o: &Opts, rep: &mut Report) -> Result<(), String> {
     let r2 = x2.stop();
     match r2.error {
         None if r2.ops > 0 => rep.pass("fuzz_packets.device_works_afterwards"),
-        e => rep.fail("fuzz_packets.device_works_afterwards", format!("{} ops, {e:?}", r2.ops)),
+        e => rep.fail(
+            "fuzz_packets.device_works_afterwards",
+            format!("{} ops, {e:?}", r2.ops),
+        ),
     }
     Ok(())
 }

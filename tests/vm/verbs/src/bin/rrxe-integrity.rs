@@ -111,7 +111,11 @@ fn parse_mix(v: &str) -> Result<Vec<Op>, String> {
             "read" => out.push(Op::Read),
             "send" => out.extend([Op::Send, Op::SendImm]),
             "atomic" => out.extend([Op::Cas, Op::Faa]),
-            _ => return Err(format!("--ops-mix: unknown family {f} (write, read, send, atomic)")),
+            _ => {
+                return Err(format!(
+                    "--ops-mix: unknown family {f} (write, read, send, atomic)"
+                ))
+            }
         }
     }
     if out.is_empty() {
@@ -195,7 +199,13 @@ fn parse() -> Result<Opts, String> {
 
 /// The SGE list of a `total`-byte buffer scattered over `base..base + area`: up to `max_sge`
 /// pieces (0 or 1 for an empty buffer) at random offsets with random gaps between them.
-fn scatter(rng: &mut Rng, base: usize, area: usize, total: usize, max_sge: usize) -> Vec<(usize, usize)> {
+fn scatter(
+    rng: &mut Rng,
+    base: usize,
+    area: usize,
+    total: usize,
+    max_sge: usize,
+) -> Vec<(usize, usize)> {
     if total == 0 {
         return if rng.coin() || max_sge == 0 {
             Vec::new()
@@ -225,7 +235,10 @@ fn scatter(rng: &mut Rng, base: usize, area: usize, total: usize, max_sge: usize
 fn span(sges: &[(usize, usize)], lo_limit: usize, hi_limit: usize) -> (usize, usize) {
     let lo = sges.iter().map(|s| s.0).min().unwrap_or(lo_limit + GUARD);
     let hi = sges.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
-    (lo.saturating_sub(GUARD).max(lo_limit), (hi + GUARD).min(hi_limit))
+    (
+        lo.saturating_sub(GUARD).max(lo_limit),
+        (hi + GUARD).min(hi_limit),
+    )
 }
 
 /// Fills `lo..hi` of `side` with random bytes and returns a copy (what must stay there,
@@ -263,7 +276,9 @@ fn gather(side: &Side, sges: &[(usize, usize)], n: usize) -> Vec<u8> {
 
 fn compare(side: &Side, lo: usize, expected: &[u8], what: &str) -> Result<(), String> {
     let got = side.mem(lo, expected.len());
-    let bad: Vec<usize> = (0..expected.len()).filter(|&i| got[i] != expected[i]).collect();
+    let bad: Vec<usize> = (0..expected.len())
+        .filter(|&i| got[i] != expected[i])
+        .collect();
     if bad.is_empty() {
         return Ok(());
     }
@@ -343,7 +358,14 @@ impl Pair<'_> {
     }
 
     /// One operation `i` from `s` to `r`; Err describes the first mismatch.
-    fn op(&self, i: u64, op: Op, fwd: bool, rng: &mut Rng, st: &mut Stats) -> Result<String, String> {
+    fn op(
+        &self,
+        i: u64,
+        op: Op,
+        fwd: bool,
+        rng: &mut Rng,
+        st: &mut Stats,
+    ) -> Result<String, String> {
         let (s, ds, r, dr) = if fwd {
             (self.a, self.da, self.b, self.db)
         } else {
@@ -365,13 +387,7 @@ impl Pair<'_> {
             Op::Read => self.pick_size(rng).min(self.max_read),
             _ => self.pick_size(rng),
         };
-        let mut desc = format!(
-            "op {i} {} {} B {}->{}",
-            op.name(),
-            size,
-            ds.name,
-            dr.name
-        );
+        let mut desc = format!("op {i} {} {} B {}->{}", op.name(), size, ds.name, dr.name);
         st.count[RC_OPS.iter().position(|&o| o == op).unwrap_or(0)] += 1;
         st.bytes += size as u64;
         if size == 0 {
@@ -413,7 +429,11 @@ impl Pair<'_> {
         let grh = if self.t == IBV_QPT_UD { GRH } else { 0 };
         let want_recv = matches!(op, Op::Send | Op::SendImm | Op::WriteImm);
         if matches!(op, Op::Send | Op::SendImm) {
-            let extra = if rng.coin() { 0 } else { rng.below(64) as usize };
+            let extra = if rng.coin() {
+                0
+            } else {
+                rng.below(64) as usize
+            };
             rsges = scatter(rng, half, half, grh + size + extra, self.recv_sge);
             if rsges.is_empty() && grh + size > 0 {
                 return Err(format!("{desc}: internal: empty receive list"));
@@ -526,7 +546,10 @@ impl Pair<'_> {
             Op::Faa => IBV_WC_FETCH_ADD,
         };
         let mut errs = Vec::new();
-        if w.status != IBV_WC_SUCCESS || w.wr_id != i || w.opcode != want_op || w.qp_num != s.qp.qpn()
+        if w.status != IBV_WC_SUCCESS
+            || w.wr_id != i
+            || w.opcode != want_op
+            || w.qp_num != s.qp.qpn()
         {
             errs.push(format!("sender completion {}", dp::wc_str(&w)));
         }
@@ -558,7 +581,11 @@ impl Pair<'_> {
                     dp::wc_str(&w),
                     dp::wc_opcode_str(want_op),
                     grh + size,
-                    if with_imm { format!("{imm:#x}") } else { "none".into() }
+                    if with_imm {
+                        format!("{imm:#x}")
+                    } else {
+                        "none".into()
+                    }
                 ));
             }
         }
@@ -568,7 +595,8 @@ impl Pair<'_> {
         if self.t == IBV_QPT_UC && op == Op::Write {
             // UC has no acknowledgements: the sender's completion does not mean the data
             // landed. A zero-length SEND behind it (UC delivers in order) does.
-            self.fence(s, r, i).map_err(|e| format!("{desc}: fence: {e}"))?;
+            self.fence(s, r, i)
+                .map_err(|e| format!("{desc}: fence: {e}"))?;
         }
 
         // Every byte.
@@ -582,21 +610,26 @@ impl Pair<'_> {
                 }
                 stream.extend_from_slice(&payload);
                 place(&mut rbefore, rspan.0, &rsges, &stream);
-                compare(r, rspan.0, &rbefore, "receive buffers").map_err(|e| format!("{desc}: {e}"))?;
+                compare(r, rspan.0, &rbefore, "receive buffers")
+                    .map_err(|e| format!("{desc}: {e}"))?;
             }
             Op::Write | Op::WriteImm => {
                 tbefore[GUARD..GUARD + size].copy_from_slice(&payload);
-                compare(r, tgt.0 - GUARD, &tbefore, "write target").map_err(|e| format!("{desc}: {e}"))?;
+                compare(r, tgt.0 - GUARD, &tbefore, "write target")
+                    .map_err(|e| format!("{desc}: {e}"))?;
             }
             Op::Read => {
                 place(&mut tbefore, tgt.0, &lsges, &payload);
-                compare(s, tgt.0, &tbefore, "read destination").map_err(|e| format!("{desc}: {e}"))?;
+                compare(s, tgt.0, &tbefore, "read destination")
+                    .map_err(|e| format!("{desc}: {e}"))?;
             }
             Op::Cas | Op::Faa => {
                 tbefore[16..24].copy_from_slice(&atomic.1.to_ne_bytes());
-                compare(r, tgt.0 - 16, &tbefore, "atomic target").map_err(|e| format!("{desc}: {e}"))?;
+                compare(r, tgt.0 - 16, &tbefore, "atomic target")
+                    .map_err(|e| format!("{desc}: {e}"))?;
                 rbefore[16..24].copy_from_slice(&atomic.0.to_ne_bytes());
-                compare(s, rspan.0, &rbefore, "atomic result").map_err(|e| format!("{desc}: {e}"))?;
+                compare(s, rspan.0, &rbefore, "atomic result")
+                    .map_err(|e| format!("{desc}: {e}"))?;
             }
         }
         Ok(desc)
@@ -657,7 +690,11 @@ impl Pair<'_> {
             let mut sges = Vec::with_capacity(k);
             for j in 0..k {
                 let op = ops[rng.below(ops.len() as u64) as usize];
-                let size = if rng.below(4) == 0 { maxp } else { rng.below(maxp as u64 + 1) as usize };
+                let size = if rng.below(4) == 0 {
+                    maxp
+                } else {
+                    rng.below(maxp as u64 + 1) as usize
+                };
                 let lo = j * slot;
                 // (payload, side checked, slot start in that side, expected slot content)
                 let (payload, expect_side_is_r, tlo) = match op {
@@ -716,24 +753,39 @@ impl Pair<'_> {
                 ds.name,
                 dr.name,
                 plan.iter()
-                    .map(|(op, size, ..)| format!("{} {size}", if *op == Op::Write { "W" } else { "R" }))
+                    .map(|(op, size, ..)| format!(
+                        "{} {size}",
+                        if *op == Op::Write { "W" } else { "R" }
+                    ))
                     .collect::<Vec<_>>()
                     .join(" ")
             );
             dp::post_send(&s.qp, &mut wrs[0]).map_err(|e| format!("{desc}: {e}"))?;
-            let wcs = dp::poll_n(&s.cq, k, self.wc_timeout)
-                .map_err(|(got, e)| format!("{desc}: sender: {e} (got {})",
-                    got.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")))?;
+            let wcs = dp::poll_n(&s.cq, k, self.wc_timeout).map_err(|(got, e)| {
+                format!(
+                    "{desc}: sender: {e} (got {})",
+                    got.iter().map(dp::wc_str).collect::<Vec<_>>().join("; ")
+                )
+            })?;
             for (j, w) in wcs.iter().enumerate() {
-                let want = if plan[j].0 == Op::Write { IBV_WC_RDMA_WRITE } else { IBV_WC_RDMA_READ };
+                let want = if plan[j].0 == Op::Write {
+                    IBV_WC_RDMA_WRITE
+                } else {
+                    IBV_WC_RDMA_READ
+                };
                 if w.status != IBV_WC_SUCCESS || w.wr_id != b << 8 | j as u64 || w.opcode != want {
                     return Err(format!("{desc}: completion {j}: {}", dp::wc_str(w)));
                 }
             }
             for (j, (op, size, on_r, tlo, expected)) in plan.iter().enumerate() {
                 let side = if *on_r { r } else { s };
-                compare(side, *tlo, expected, &format!("WR {j} ({} {size} B) slot", op.name()))
-                    .map_err(|e| format!("{desc}: {e}"))?;
+                compare(
+                    side,
+                    *tlo,
+                    expected,
+                    &format!("WR {j} ({} {size} B) slot", op.name()),
+                )
+                .map_err(|e| format!("{desc}: {e}"))?;
             }
             wrs_done += k as u64;
         }
@@ -757,7 +809,10 @@ impl Pair<'_> {
         r.mem(off, 8).copy_from_slice(&v0.to_ne_bytes());
         let slot = |j: u64| half + 4096 + 16 * (j % K) as usize;
         let adds: Vec<u64> = (0..n).map(|_| rng.u64() | 1).collect();
-        let desc = format!("atomic counter {}->{} ({n} FETCH_AND_ADD, start {v0:#x})", ds.name, dr.name);
+        let desc = format!(
+            "atomic counter {}->{} ({n} FETCH_AND_ADD, start {v0:#x})",
+            ds.name, dr.name
+        );
         let post = |j: u64, rng: &mut Rng| -> Result<(), String> {
             rng.fill(s.mem(slot(j), 8));
             let mut sge = s.sge(slot(j), 8);
@@ -783,15 +838,22 @@ impl Pair<'_> {
         let mut expect = v0;
         let mut seen = std::collections::HashSet::new();
         for j in 0..n {
-            let w = one_wc(s, "requester", self.wc_timeout).map_err(|e| format!("{desc}: WR {j}: {e}"))?;
-            if w.status != IBV_WC_SUCCESS || w.wr_id != j || w.opcode != IBV_WC_FETCH_ADD || w.byte_len != 8 {
+            let w = one_wc(s, "requester", self.wc_timeout)
+                .map_err(|e| format!("{desc}: WR {j}: {e}"))?;
+            if w.status != IBV_WC_SUCCESS
+                || w.wr_id != j
+                || w.opcode != IBV_WC_FETCH_ADD
+                || w.byte_len != 8
+            {
                 return Err(format!("{desc}: WR {j}: completion {}", dp::wc_str(&w)));
             }
             let mut b = [0u8; 8];
             b.copy_from_slice(s.mem(slot(j), 8));
             let got = u64::from_ne_bytes(b);
             if !seen.insert(got) {
-                return Err(format!("{desc}: WR {j} returned {got:#x} again (an add executed twice?)"));
+                return Err(format!(
+                    "{desc}: WR {j} returned {got:#x} again (an add executed twice?)"
+                ));
             }
             if got != expect {
                 return Err(format!(
@@ -805,12 +867,22 @@ impl Pair<'_> {
             }
         }
         guard[16..24].copy_from_slice(&expect.to_ne_bytes());
-        compare(r, off - 16, &guard, "counter (and 16 guard bytes each side)")
-            .map_err(|e| format!("{desc}: final: {e}"))?;
+        compare(
+            r,
+            off - 16,
+            &guard,
+            "counter (and 16 guard bytes each side)",
+        )
+        .map_err(|e| format!("{desc}: final: {e}"))?;
         if let Some(w) = dp::drain(&s.cq, Duration::from_millis(50)).first() {
-            return Err(format!("{desc}: extra completion after the last: {}", dp::wc_str(w)));
+            return Err(format!(
+                "{desc}: extra completion after the last: {}",
+                dp::wc_str(w)
+            ));
         }
-        Ok(format!("{desc}: {n} distinct running sums, final {expect:#x}: exactly once"))
+        Ok(format!(
+            "{desc}: {n} distinct running sums, final {expect:#x}: exactly once"
+        ))
     }
 }
 
@@ -912,9 +984,16 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
         IBV_QPT_UC => &UC_OPS,
         _ => &UD_OPS,
     };
-    let menu: Vec<Op> = all.iter().copied().filter(|op| o.mix.contains(op)).collect();
+    let menu: Vec<Op> = all
+        .iter()
+        .copied()
+        .filter(|op| o.mix.contains(op))
+        .collect();
     if menu.is_empty() && ops > 0 {
-        return Err(format!("--ops-mix leaves no operation a {} QP can do", tname(t)));
+        return Err(format!(
+            "--ops-mix leaves no operation a {} QP can do",
+            tname(t)
+        ));
     }
     let mut st = Stats {
         count: [0; 7],
@@ -944,7 +1023,10 @@ fn run(o: &Opts, da: &Dev, db: &Dev, t: u32, r: &mut Report, name: &str) -> Resu
     if t == IBV_QPT_RC && o.bursts > 0 {
         let (n, bytes) = p.bursts(o.bursts, &mut rng)?;
         st.bytes += bytes;
-        r.info(name, format!("{} bursts: {n} WRs, {bytes} bytes, all verified", o.bursts));
+        r.info(
+            name,
+            format!("{} bursts: {n} WRs, {bytes} bytes, all verified", o.bursts),
+        );
     }
     if t == IBV_QPT_RC && o.atomic_counter > 0 {
         for fwd in [true, false] {
@@ -1022,7 +1104,11 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let mode = if db.is_some() { "two_devices" } else { "loopback" };
+    let mode = if db.is_some() {
+        "two_devices"
+    } else {
+        "loopback"
+    };
     for t in &o.types {
         let qt = match t.as_str() {
             "rc" => IBV_QPT_RC,

@@ -14,10 +14,12 @@
 //!   retransmit timer recovers) and `--after` more WRITEs must go through, every byte
 //!   verified.
 //!
-//!   rrxe-linkdown --dev rrxe0 --dev2 rrxe1 --down-cmd CMD [--up-cmd CMD --down-ms MS]
-//!                 [--timeout 14] [--retry-cnt 7] [--size 65536] [--depth 8] [--warmup 20]
-//!                 [--after 20] [--deadline SECS] [--slack-ms 3000] [--seed S]
-//!                 [--name CHECK_PREFIX (default linkdown, or linkflap with --up-cmd)]
+//! ```text
+//! rrxe-linkdown --dev rrxe0 --dev2 rrxe1 --down-cmd CMD [--up-cmd CMD --down-ms MS]
+//!               [--timeout 14] [--retry-cnt 7] [--size 65536] [--depth 8] [--warmup 20]
+//!               [--after 20] [--deadline SECS] [--slack-ms 3000] [--seed S]
+//!               [--name CHECK_PREFIX (default linkdown, or linkflap with --up-cmd)]
+//! ```
 //!
 //! Prints PASS/FAIL/INFO lines and "N passed, N failed"; exit status non-zero on failure.
 
@@ -297,7 +299,10 @@ fn run(o: &Opts, r: &mut Report, mode: &str) -> Result<(), String> {
     let mut ok_before = 0u32;
     while let Some(w) = tr.one(Duration::ZERO)? {
         if w.status != IBV_WC_SUCCESS {
-            return Err(format!("completion before the outage showed: {}", dp::wc_str(&w)));
+            return Err(format!(
+                "completion before the outage showed: {}",
+                dp::wc_str(&w)
+            ));
         }
         ok_before += 1;
     }

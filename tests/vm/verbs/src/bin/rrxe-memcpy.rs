@@ -21,10 +21,9 @@ fn arg(args: &[String], name: &str, default: usize) -> Option<usize> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let (Some(size), Some(total_mib)) = (
-        arg(&args, "--size", 65536),
-        arg(&args, "--total-mib", 1024),
-    ) else {
+    let (Some(size), Some(total_mib)) =
+        (arg(&args, "--size", 65536), arg(&args, "--total-mib", 1024))
+    else {
         eprintln!("usage: rrxe-memcpy [--size BYTES] [--total-mib MIB]");
         return ExitCode::from(2);
     };

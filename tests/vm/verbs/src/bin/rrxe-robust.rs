@@ -39,7 +39,11 @@ struct Args(Vec<String>);
 
 impl Args {
     fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().position(|a| a == k).and_then(|i| self.0.get(i + 1)).map(|s| s.as_str())
+        self.0
+            .iter()
+            .position(|a| a == k)
+            .and_then(|i| self.0.get(i + 1))
+            .map(|s| s.as_str())
     }
     fn num(&self, k: &str, d: u64) -> u64 {
         self.get(k).and_then(|v| v.parse().ok()).unwrap_or(d)
@@ -91,7 +95,10 @@ fn transfer(a: &Args, dev: &str) -> ExitCode {
     let x = robust::Transfer::start(dev, &dev2, seed, a.num("--max-size", 16384) as usize);
     if x.wait_qpns(Duration::from_secs(60)).is_none() {
         let r = x.stop();
-        out(format!("RESULT failed 0: setup: {}", r.error.unwrap_or_default()));
+        out(format!(
+            "RESULT failed 0: setup: {}",
+            r.error.unwrap_or_default()
+        ));
         return ExitCode::FAILURE;
     }
     out(format!("RUNNING seed {seed}"));
@@ -101,7 +108,10 @@ fn transfer(a: &Args, dev: &str) -> ExitCode {
         if secs > 0 && t0.elapsed() >= Duration::from_secs(secs) {
             break;
         }
-        if until.as_deref().is_some_and(|f| std::path::Path::new(f).exists()) {
+        if until
+            .as_deref()
+            .is_some_and(|f| std::path::Path::new(f).exists())
+        {
             break;
         }
         if x.handle_finished() {
@@ -134,16 +144,26 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let depth = 16u32;
     let d = Dev::open(dev)?;
     let pd = Pd::alloc(&d.ctx).map_err(|e| format!("alloc_pd: {}", ename(e)))?;
-    let cq = Cq::create(&d.ctx, (threads as u32 * depth * 4 + 64) as i32, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
-    let mr = Mr::reg(&pd, threads * 2 * 4096, dp::ACCESS_ALL).map_err(|e| format!("reg_mr: {}", ename(e)))?;
+    let cq = Cq::create(&d.ctx, (threads as u32 * depth * 4 + 64) as i32, 0)
+        .map_err(|e| format!("create_cq: {}", ename(e)))?;
+    let mr = Mr::reg(&pd, threads * 2 * 4096, dp::ACCESS_ALL)
+        .map_err(|e| format!("reg_mr: {}", ename(e)))?;
     // SAFETY: registered MR.
     let (base, lkey, rkey) = unsafe { ((*mr.ptr).addr as u64, (*mr.ptr).lkey, (*mr.ptr).rkey) };
-    let cap = ibv_qp_cap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap = ibv_qp_cap {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     let mut pairs = Vec::new();
     let mut rng = Rng::new(1);
     for _ in 0..threads {
-        let qa = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false).map_err(|e| format!("create_qp: {}", ename(e)))?;
-        let qb = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false).map_err(|e| format!("create_qp: {}", ename(e)))?;
+        let qa = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false)
+            .map_err(|e| format!("create_qp: {}", ename(e)))?;
+        let qb = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false)
+            .map_err(|e| format!("create_qp: {}", ename(e)))?;
         let (pa, pb) = (rng.u32() & 0xff_ffff, rng.u32() & 0xff_ffff);
         dp::to_rts(&d, &qa, IBV_QPT_RC, qb.qpn(), d.gid, pb, pa, 0)?;
         dp::to_rts(&d, &qb, IBV_QPT_RC, qa.qpn(), d.gid, pa, pb, 0)?;
@@ -164,30 +184,61 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             let mut posted = 0u64;
             let mut wc = zeroed::<[ibv_wc; 8]>();
             let end = Instant::now() + Duration::from_secs(120);
-            let mine_done = || seen.lock().map(|m| m.range(tag..tag + (1 << 40)).count() as u64).unwrap_or(0);
+            let mine_done = || {
+                seen.lock()
+                    .map(|m| m.range(tag..tag + (1 << 40)).count() as u64)
+                    .unwrap_or(0)
+            };
             while mine_done() < my_total {
                 if Instant::now() > end {
-                    bad.lock().unwrap().push(format!("thread {i}: timeout, {} of {my_total} completions", mine_done()));
+                    bad.lock().unwrap().push(format!(
+                        "thread {i}: timeout, {} of {my_total} completions",
+                        mine_done()
+                    ));
                     return;
                 }
                 // keep a few in flight
                 if posted < ops && posted - (mine_done() / 2).min(posted) < (depth / 2) as u64 {
                     let off = base + (2 * i as u64) * 4096;
-                    let mut rs = ibv_sge { addr: off + 4096, length: 64, lkey };
-                    let mut rw = ibv_recv_wr { wr_id: tag | (1 << 39) | posted, sg_list: &mut rs, num_sge: 1, ..zeroed() };
+                    let mut rs = ibv_sge {
+                        addr: off + 4096,
+                        length: 64,
+                        lkey,
+                    };
+                    let mut rw = ibv_recv_wr {
+                        wr_id: tag | (1 << 39) | posted,
+                        sg_list: &mut rs,
+                        num_sge: 1,
+                        ..zeroed()
+                    };
                     let mut b = null_mut();
                     // SAFETY: valid QP and WR.
                     if unsafe { vt_post_recv(qb.0, &mut rw, &mut b) } != 0 {
-                        bad.lock().unwrap().push(format!("thread {i}: post_recv failed"));
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("thread {i}: post_recv failed"));
                         return;
                     }
-                    let mut ss = ibv_sge { addr: off, length: 64, lkey };
-                    let mut sw = ibv_send_wr { wr_id: tag | posted, sg_list: &mut ss, num_sge: 1, opcode: IBV_WR_SEND, send_flags: IBV_SEND_SIGNALED, ..zeroed() };
+                    let mut ss = ibv_sge {
+                        addr: off,
+                        length: 64,
+                        lkey,
+                    };
+                    let mut sw = ibv_send_wr {
+                        wr_id: tag | posted,
+                        sg_list: &mut ss,
+                        num_sge: 1,
+                        opcode: IBV_WR_SEND,
+                        send_flags: IBV_SEND_SIGNALED,
+                        ..zeroed()
+                    };
                     let _ = rkey;
                     let mut b = null_mut();
                     // SAFETY: valid QP and WR.
                     if unsafe { vt_post_send(qa.0, &mut sw, &mut b) } != 0 {
-                        bad.lock().unwrap().push(format!("thread {i}: post_send failed"));
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("thread {i}: post_send failed"));
                         return;
                     }
                     posted += 1;
@@ -200,13 +251,17 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
                 }
                 for w in &wc[..n as usize] {
                     if w.status != IBV_WC_SUCCESS {
-                        bad.lock().unwrap().push(format!("thread {i}: {}", dp::wc_str(w)));
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("thread {i}: {}", dp::wc_str(w)));
                     }
                     let mut m = seen.lock().unwrap();
                     let c = m.entry(w.wr_id).or_default();
                     *c += 1;
                     if *c > 1 {
-                        bad.lock().unwrap().push(format!("wr_id {:#x} completed twice", w.wr_id));
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("wr_id {:#x} completed twice", w.wr_id));
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -221,12 +276,21 @@ fn shared_cq(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     }
     let secs = t0.elapsed().as_secs_f64();
     let total = done.load(Ordering::Relaxed);
-    out(format!("shared-cq: {threads} threads x {ops} SENDs on one CQ: {total} completions in {secs:.1} s"));
+    out(format!(
+        "shared-cq: {threads} threads x {ops} SENDs on one CQ: {total} completions in {secs:.1} s"
+    ));
     let b = bad.lock().unwrap().clone();
     if b.is_empty() && total == 2 * ops * threads as u64 {
         rep.pass("shared_cq.every_wr_completed_once");
     } else {
-        rep.fail("shared_cq.every_wr_completed_once", format!("{total} of {} completions; {}", 2 * ops * threads as u64, b.iter().take(5).cloned().collect::<Vec<_>>().join("; ")));
+        rep.fail(
+            "shared_cq.every_wr_completed_once",
+            format!(
+                "{total} of {} completions; {}",
+                2 * ops * threads as u64,
+                b.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            ),
+        );
     }
     drop(pairs);
     drop(mr);
@@ -239,7 +303,13 @@ fn teardown(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let dev2 = a.get("--dev2").unwrap_or(dev).to_owned();
     let da = Dev::open(dev)?;
     let db = Dev::open(&dev2)?;
-    let cap = ibv_qp_cap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap = ibv_qp_cap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     let sa = Side::new(&da, IBV_QPT_RC, cap, 256, 1 << 20)?;
     let sb = Side::new(&db, IBV_QPT_RC, cap, 256, 1 << 20)?;
     dp::connect(&da, &sa, &db, &sb, IBV_QPT_RC, 0, &mut Rng::new(7))?;
@@ -254,8 +324,19 @@ fn teardown(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
         let mut wc = zeroed::<[ibv_wc; 16]>();
         let mut n = 0u64;
         while !s2.load(Ordering::Relaxed) {
-            let mut sge = ibv_sge { addr: laddr, length: 65536, lkey };
-            let mut w = ibv_send_wr { wr_id: n, sg_list: &mut sge, num_sge: 1, opcode: IBV_WR_RDMA_WRITE, send_flags: IBV_SEND_SIGNALED, ..zeroed() };
+            let mut sge = ibv_sge {
+                addr: laddr,
+                length: 65536,
+                lkey,
+            };
+            let mut w = ibv_send_wr {
+                wr_id: n,
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_WRITE,
+                send_flags: IBV_SEND_SIGNALED,
+                ..zeroed()
+            };
             w.wr.rdma.remote_addr = raddr;
             w.wr.rdma.rkey = rkey;
             let mut b = null_mut();
@@ -265,7 +346,10 @@ fn teardown(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             // SAFETY: likewise the CQ.
             let k = unsafe { vt_poll_cq(cq.0, 16, wc.as_mut_ptr()) };
             for w in &wc[..k.max(0) as usize] {
-                *st2.lock().unwrap().entry(dp::status_str(w.status)).or_default() += 1;
+                *st2.lock()
+                    .unwrap()
+                    .entry(dp::status_str(w.status))
+                    .or_default() += 1;
             }
             if k <= 0 {
                 std::thread::sleep(Duration::from_micros(200));
@@ -274,34 +358,74 @@ fn teardown(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     });
     std::thread::sleep(Duration::from_millis(1500));
     // Deregister the target MR while WRITEs stream into it.
-    let Side { qp: qb, mr: mb, cq: cb, pd: pb } = sb;
+    let Side {
+        qp: qb,
+        mr: mb,
+        cq: cb,
+        pd: pb,
+    } = sb;
     let t = Instant::now();
     let r = mb.destroy();
-    out(format!("teardown: dereg of the target MR under traffic: {:?} in {:?}", r.map_err(ename), t.elapsed()));
-    rep.result("teardown.dereg_mr_under_traffic", r.map_err(|e| format!("ibv_dereg_mr: {}", ename(e))));
+    out(format!(
+        "teardown: dereg of the target MR under traffic: {:?} in {:?}",
+        r.map_err(ename),
+        t.elapsed()
+    ));
+    rep.result(
+        "teardown.dereg_mr_under_traffic",
+        r.map_err(|e| format!("ibv_dereg_mr: {}", ename(e))),
+    );
     std::thread::sleep(Duration::from_millis(1000));
     stop.store(true, Ordering::Relaxed);
     let _ = poster.join();
-    out(format!("teardown: completions seen by the poster: {:?}", stats.lock().unwrap()));
+    out(format!(
+        "teardown: completions seen by the poster: {:?}",
+        stats.lock().unwrap()
+    ));
     // Destroy everything with WRs possibly outstanding, receiver first.
     let t = Instant::now();
     let mut errs = Vec::new();
-    if let Err(e) = qb.destroy() { errs.push(format!("destroy qp b: {}", ename(e))); }
-    let Side { qp: qa, mr: ma, cq: ca, pd: pa } = sa;
-    if let Err(e) = qa.destroy() { errs.push(format!("destroy qp a: {}", ename(e))); }
-    if let Err(e) = ma.destroy() { errs.push(format!("dereg mr a: {}", ename(e))); }
-    if let Err(e) = ca.destroy() { errs.push(format!("destroy cq a: {}", ename(e))); }
-    if let Err(e) = cb.destroy() { errs.push(format!("destroy cq b: {}", ename(e))); }
-    if let Err(e) = pa.destroy() { errs.push(format!("dealloc pd a: {}", ename(e))); }
-    if let Err(e) = pb.destroy() { errs.push(format!("dealloc pd b: {}", ename(e))); }
-    out(format!("teardown: destroy with WRs outstanding took {:?}", t.elapsed()));
+    if let Err(e) = qb.destroy() {
+        errs.push(format!("destroy qp b: {}", ename(e)));
+    }
+    let Side {
+        qp: qa,
+        mr: ma,
+        cq: ca,
+        pd: pa,
+    } = sa;
+    if let Err(e) = qa.destroy() {
+        errs.push(format!("destroy qp a: {}", ename(e)));
+    }
+    if let Err(e) = ma.destroy() {
+        errs.push(format!("dereg mr a: {}", ename(e)));
+    }
+    if let Err(e) = ca.destroy() {
+        errs.push(format!("destroy cq a: {}", ename(e)));
+    }
+    if let Err(e) = cb.destroy() {
+        errs.push(format!("destroy cq b: {}", ename(e)));
+    }
+    if let Err(e) = pa.destroy() {
+        errs.push(format!("dealloc pd a: {}", ename(e)));
+    }
+    if let Err(e) = pb.destroy() {
+        errs.push(format!("dealloc pd b: {}", ename(e)));
+    }
+    out(format!(
+        "teardown: destroy with WRs outstanding took {:?}",
+        t.elapsed()
+    ));
     rep.cases("teardown.destroy_with_outstanding_wrs", errs, 7);
     let x = robust::Transfer::start(dev, &dev2, 9, 8192);
     std::thread::sleep(Duration::from_secs(2));
     let r = x.stop();
     match r.error {
         None if r.ops > 0 => rep.pass("teardown.fresh_transfer_works"),
-        e => rep.fail("teardown.fresh_transfer_works", format!("{} ops, {e:?}", r.ops)),
+        e => rep.fail(
+            "teardown.fresh_transfer_works",
+            format!("{} ops, {e:?}", r.ops),
+        ),
     }
     Ok(())
 }
@@ -334,12 +458,21 @@ fn injected(f: &mut std::fs::File) -> bool {
 
 fn open_failnth() -> Result<std::fs::File, String> {
     let p = fail_nth_path();
-    std::fs::OpenOptions::new().read(true).write(true).open(&p).map_err(|e| format!("{p}: {e} (CONFIG_FAULT_INJECTION?)"))
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .map_err(|e| format!("{p}: {e} (CONFIG_FAULT_INJECTION?)"))
 }
 
 /// Runs `call` with the n-th fault site failing, for n = 1, 2, ... until it succeeds with
 /// nothing injected. `call` returns Ok(cleanup) or Err(errno).
-fn sweep(name: &str, max: u64, rep: &mut Report, mut call: impl FnMut() -> Result<Box<dyn FnOnce()>, i32>) -> Result<(), String> {
+fn sweep(
+    name: &str,
+    max: u64,
+    rep: &mut Report,
+    mut call: impl FnMut() -> Result<Box<dyn FnOnce()>, i32>,
+) -> Result<(), String> {
     let mut f = open_failnth()?;
     let mut errnos: BTreeMap<i32, u64> = BTreeMap::new();
     let mut unclean = Vec::new();
@@ -362,7 +495,11 @@ fn sweep(name: &str, max: u64, rep: &mut Report, mut call: impl FnMut() -> Resul
                         t0.elapsed().as_secs_f64(),
                         errnos.iter().map(|(e, c)| format!("{}x{c}", ename(*e))).collect::<Vec<_>>()
                     ));
-                    rep.cases(&format!("failnth.{name}.clean_errnos"), unclean, n as usize - 1);
+                    rep.cases(
+                        &format!("failnth.{name}.clean_errnos"),
+                        unclean,
+                        n as usize - 1,
+                    );
                     return Ok(());
                 }
                 tolerated += 1;
@@ -373,12 +510,18 @@ fn sweep(name: &str, max: u64, rep: &mut Report, mut call: impl FnMut() -> Resul
                     unclean.push(format!("fault {n}: errno {e}"));
                 }
                 if !inj {
-                    unclean.push(format!("fault {n}: failed ({}) with nothing injected", ename(e)));
+                    unclean.push(format!(
+                        "fault {n}: failed ({}) with nothing injected",
+                        ename(e)
+                    ));
                 }
             }
         }
     }
-    rep.fail(&format!("failnth.{name}.clean_errnos"), format!("still failing after {max} fault sites"));
+    rep.fail(
+        &format!("failnth.{name}.clean_errnos"),
+        format!("still failing after {max} fault sites"),
+    );
     Ok(())
 }
 
@@ -390,16 +533,34 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let pd = Pd::alloc(&d.ctx).map_err(|e| format!("alloc_pd: {}", ename(e)))?;
     let cq = Cq::create(&d.ctx, 16, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
     let (pdp, cqp) = (pd.ptr, cq.ptr);
-    let cap = ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap = ibv_qp_cap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     let qp_of = move |t: u32| -> Result<*mut ibv_qp, i32> {
-        let mut ia = ibv_qp_init_attr { send_cq: cqp, recv_cq: cqp, cap, qp_type: t, ..zeroed() };
+        let mut ia = ibv_qp_init_attr {
+            send_cq: cqp,
+            recv_cq: cqp,
+            cap,
+            qp_type: t,
+            ..zeroed()
+        };
         // SAFETY: valid PD and CQ.
         let q = unsafe { ibv_create_qp(pdp, &mut ia) };
-        if q.is_null() { Err(errno()) } else { Ok(q) }
+        if q.is_null() {
+            Err(errno())
+        } else {
+            Ok(q)
+        }
     };
     let destroy_qp = |q: *mut ibv_qp| -> Box<dyn FnOnce()> {
         // SAFETY: created by us.
-        Box::new(move || unsafe { ibv_destroy_qp(q); })
+        Box::new(move || unsafe {
+            ibv_destroy_qp(q);
+        })
     };
     match path.as_str() {
         "ctx" => {
@@ -422,7 +583,13 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             sweep("ctx", max, rep, || {
                 // SAFETY: a device of the live list.
                 let c = unsafe { ibv_open_device(devp) };
-                if c.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_close_device(c); })) }
+                if c.is_null() {
+                    Err(errno())
+                } else {
+                    Ok(Box::new(move || unsafe {
+                        ibv_close_device(c);
+                    }))
+                }
             })?;
             // SAFETY: from ibv_get_device_list.
             unsafe { ibv_free_device_list(list) };
@@ -430,19 +597,32 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
         "pd" => sweep("pd", max, rep, || {
             // SAFETY: valid context.
             let p = unsafe { ibv_alloc_pd(ctx) };
-            if p.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_dealloc_pd(p); })) }
+            if p.is_null() {
+                Err(errno())
+            } else {
+                Ok(Box::new(move || unsafe {
+                    ibv_dealloc_pd(p);
+                }))
+            }
         })?,
         "cq" => sweep("cq", max, rep, || {
             // SAFETY: valid context.
             let c = unsafe { ibv_create_cq(ctx, 64, null_mut(), null_mut(), 0) };
-            if c.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_destroy_cq(c); })) }
+            if c.is_null() {
+                Err(errno())
+            } else {
+                Ok(Box::new(move || unsafe {
+                    ibv_destroy_cq(c);
+                }))
+            }
         })?,
         "qp-rc" => sweep("qp-rc", max, rep, || qp_of(IBV_QPT_RC).map(destroy_qp))?,
         "qp-uc" => sweep("qp-uc", max, rep, || qp_of(IBV_QPT_UC).map(destroy_qp))?,
         "qp-ud" => sweep("qp-ud", max, rep, || qp_of(IBV_QPT_UD).map(destroy_qp))?,
         "qp-rtr" => {
             // INIT -> RTR of an RC QP (address resolution, route, responder resources)
-            let peer = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false).map_err(|e| format!("create_qp: {}", ename(e)))?;
+            let peer = Qp::create(&pd, &cq, IBV_QPT_RC, cap, false)
+                .map_err(|e| format!("create_qp: {}", ename(e)))?;
             let pq = peer.qpn();
             let dd = &d;
             let mut f = open_failnth()?;
@@ -451,16 +631,43 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             let mut n = 1;
             loop {
                 let q = qp_of(IBV_QPT_RC).map_err(|e| format!("create_qp: {}", ename(e)))?;
-                let qw = Qp { ptr: q, qp_type: IBV_QPT_RC, cap };
-                let init = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: dd.port, qp_access_flags: IBV_ACCESS_REMOTE_WRITE, ..zeroed() };
-                qw.modify(&init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).map_err(|e| format!("->INIT: {}", ename(e)))?;
-                let mut at = ibv_qp_attr { qp_state: IBV_QPS_RTR, path_mtu: dd.port_attr.active_mtu, dest_qp_num: pq, rq_psn: 1, max_dest_rd_atomic: 1, min_rnr_timer: 1, ..zeroed() };
+                let qw = Qp {
+                    ptr: q,
+                    qp_type: IBV_QPT_RC,
+                    cap,
+                };
+                let init = ibv_qp_attr {
+                    qp_state: IBV_QPS_INIT,
+                    port_num: dd.port,
+                    qp_access_flags: IBV_ACCESS_REMOTE_WRITE,
+                    ..zeroed()
+                };
+                qw.modify(
+                    &init,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                )
+                .map_err(|e| format!("->INIT: {}", ename(e)))?;
+                let mut at = ibv_qp_attr {
+                    qp_state: IBV_QPS_RTR,
+                    path_mtu: dd.port_attr.active_mtu,
+                    dest_qp_num: pq,
+                    rq_psn: 1,
+                    max_dest_rd_atomic: 1,
+                    min_rnr_timer: 1,
+                    ..zeroed()
+                };
                 at.ah_attr.is_global = 1;
                 at.ah_attr.port_num = dd.port;
                 at.ah_attr.grh.dgid.raw = dd.gid;
                 at.ah_attr.grh.sgid_index = dd.gid_index;
                 at.ah_attr.grh.hop_limit = 64;
-                let mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+                let mask = IBV_QP_STATE
+                    | IBV_QP_AV
+                    | IBV_QP_PATH_MTU
+                    | IBV_QP_DEST_QPN
+                    | IBV_QP_RQ_PSN
+                    | IBV_QP_MAX_DEST_RD_ATOMIC
+                    | IBV_QP_MIN_RNR_TIMER;
                 arm(&mut f, n);
                 let r = qw.modify(&at, mask);
                 let inj = injected(&mut f);
@@ -482,7 +689,14 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
                     break;
                 }
             }
-            out(format!("failnth: qp-rtr: {} fault sites: errnos {:?}", n - 1, errnos.iter().map(|(e, c)| format!("{}x{c}", ename(*e))).collect::<Vec<_>>()));
+            out(format!(
+                "failnth: qp-rtr: {} fault sites: errnos {:?}",
+                n - 1,
+                errnos
+                    .iter()
+                    .map(|(e, c)| format!("{}x{c}", ename(*e)))
+                    .collect::<Vec<_>>()
+            ));
             rep.cases("failnth.qp-rtr.clean_errnos", unclean, n as usize);
             drop(peer);
         }
@@ -492,12 +706,22 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
             sweep("mr", max, rep, || {
                 // SAFETY: valid PD; the buffer outlives the sweep.
                 let m = unsafe { ibv_reg_mr(pdp, bp.cast(), 1 << 16, dp::ACCESS_ALL as i32) };
-                if m.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_dereg_mr(m); })) }
+                if m.is_null() {
+                    Err(errno())
+                } else {
+                    Ok(Box::new(move || unsafe {
+                        ibv_dereg_mr(m);
+                    }))
+                }
             })?;
             drop(buf);
         }
         "ah" => {
-            let mut at = ibv_ah_attr { is_global: 1, port_num: d.port, ..zeroed() };
+            let mut at = ibv_ah_attr {
+                is_global: 1,
+                port_num: d.port,
+                ..zeroed()
+            };
             at.grh.dgid.raw = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99, 0, 2];
             at.grh.sgid_index = d.gid_index;
             at.grh.hop_limit = 64;
@@ -505,14 +729,33 @@ fn failnth(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
                 let mut x = at;
                 // SAFETY: valid PD and attributes.
                 let h = unsafe { ibv_create_ah(pdp, &mut x) };
-                if h.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_destroy_ah(h); })) }
+                if h.is_null() {
+                    Err(errno())
+                } else {
+                    Ok(Box::new(move || unsafe {
+                        ibv_destroy_ah(h);
+                    }))
+                }
             })?;
         }
         "srq" => sweep("srq", max, rep, || {
-            let mut ia = ibv_srq_init_attr { attr: ibv_srq_attr { max_wr: 16, max_sge: 1, srq_limit: 0 }, ..zeroed() };
+            let mut ia = ibv_srq_init_attr {
+                attr: ibv_srq_attr {
+                    max_wr: 16,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+                ..zeroed()
+            };
             // SAFETY: valid PD.
             let s = unsafe { ibv_create_srq(pdp, &mut ia) };
-            if s.is_null() { Err(errno()) } else { Ok(Box::new(move || unsafe { ibv_destroy_srq(s); })) }
+            if s.is_null() {
+                Err(errno())
+            } else {
+                Ok(Box::new(move || unsafe {
+                    ibv_destroy_srq(s);
+                }))
+            }
         })?,
         p => return Err(format!("unknown path {p}")),
     }
@@ -528,7 +771,7 @@ fn nl_attr(buf: &mut Vec<u8>, ty: u16, val: &[u8]) {
     buf.extend_from_slice(&(len as u16).to_ne_bytes());
     buf.extend_from_slice(&ty.to_ne_bytes());
     buf.extend_from_slice(val);
-    while buf.len() % 4 != 0 {
+    while !buf.len().is_multiple_of(4) {
         buf.push(0);
     }
 }
@@ -556,7 +799,11 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), NlErr> {
             return Err(NlErr::Op(errno()));
         }
         let mut body = Vec::new();
-        let z = |s: &str| { let mut v = s.as_bytes().to_vec(); v.push(0); v };
+        let z = |s: &str| {
+            let mut v = s.as_bytes().to_vec();
+            v.push(0);
+            v
+        };
         nl_attr(&mut body, ATTR_DEV_NAME, &z(name));
         if cmd == 3 {
             nl_attr(&mut body, ATTR_LINK_TYPE, &z(ty));
@@ -572,7 +819,14 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), NlErr> {
         msg.extend_from_slice(&body);
         let mut sa: libc::sockaddr_nl = std::mem::zeroed();
         sa.nl_family = libc::AF_NETLINK as u16;
-        let n = libc::sendto(fd, msg.as_ptr().cast(), msg.len(), 0, (&sa as *const libc::sockaddr_nl).cast(), std::mem::size_of::<libc::sockaddr_nl>() as u32);
+        let n = libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&sa as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as u32,
+        );
         if n < 0 {
             let e = errno();
             libc::close(fd);
@@ -583,18 +837,29 @@ fn nl_link(cmd: u16, name: &str, netdev: &str, ty: &str) -> Result<(), NlErr> {
         let e = errno();
         libc::close(fd);
         if n < 0 {
-            return Err(if e == libc::ENOBUFS { NlErr::ReplyLost } else { NlErr::Op(e) });
+            return Err(if e == libc::ENOBUFS {
+                NlErr::ReplyLost
+            } else {
+                NlErr::Op(e)
+            });
         }
         if n >= 20 && u16::from_ne_bytes([rb[4], rb[5]]) == libc::NLMSG_ERROR as u16 {
             let err = i32::from_ne_bytes([rb[16], rb[17], rb[18], rb[19]]);
-            return if err == 0 { Ok(()) } else { Err(NlErr::Op(-err)) };
+            return if err == 0 {
+                Ok(())
+            } else {
+                Err(NlErr::Op(-err))
+            };
         }
         Err(NlErr::Op(libc::EPROTO))
     }
 }
 
 fn rdma_link_delete(name: &str) -> bool {
-    std::process::Command::new("rdma").args(["link", "delete", name]).status().is_ok_and(|s| s.success())
+    std::process::Command::new("rdma")
+        .args(["link", "delete", name])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
@@ -623,7 +888,10 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
     loop {
         if max_secs > 0 && t0.elapsed() > Duration::from_secs(max_secs) {
             out(format!("failnth: rdma link add: time limit ({max_secs} s) reached at fault site {n} ({tried} tried): sweep incomplete"));
-            rep.info("failnth.link_add.sweep", format!("incomplete: {tried} fault sites up to #{n} tried in {max_secs} s"));
+            rep.info(
+                "failnth.link_add.sweep",
+                format!("incomplete: {tried} fault sites up to #{n} tried in {max_secs} s"),
+            );
             break;
         }
         tried += 1;
@@ -640,12 +908,16 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
                     unclean.push(format!("fault {n}: answer lost with nothing injected"));
                 }
                 if exists(&name) && !rdma_link_delete(&name) {
-                    return Err(format!("rdma link delete {name} after fault {n} (reply lost) failed"));
+                    return Err(format!(
+                        "rdma link delete {name} after fault {n} (reply lost) failed"
+                    ));
                 }
             }
             Ok(()) => {
                 if !exists(&name) {
-                    left.push(format!("fault {n}: NEWLINK succeeded but {name} does not exist"));
+                    left.push(format!(
+                        "fault {n}: NEWLINK succeeded but {name} does not exist"
+                    ));
                 } else if !rdma_link_delete(&name) {
                     return Err(format!("rdma link delete {name} after fault {n} failed"));
                 }
@@ -656,7 +928,11 @@ fn linkadd_failnth(a: &Args, rep: &mut Report) -> Result<(), String> {
             Err(NlErr::Op(e)) => {
                 *errnos.entry(e).or_default() += 1;
                 if !(1..=133).contains(&e) || !inj {
-                    unclean.push(format!("fault {n}: {}{}", ename(e), if inj { "" } else { " with nothing injected" }));
+                    unclean.push(format!(
+                        "fault {n}: {}{}",
+                        ename(e),
+                        if inj { "" } else { " with nothing injected" }
+                    ));
                 }
                 // nothing may be left behind (give asynchronous unregistration a moment)
                 let mut k = 0;
@@ -704,7 +980,10 @@ fn meminfo() -> BTreeMap<String, u64> {
 
 fn kmem_kib() -> u64 {
     let m = meminfo();
-    m.get("Slab").copied().unwrap_or(0) + m.get("VmallocUsed").copied().unwrap_or(0) + m.get("Percpu").copied().unwrap_or(0) + m.get("PageTables").copied().unwrap_or(0)
+    m.get("Slab").copied().unwrap_or(0)
+        + m.get("VmallocUsed").copied().unwrap_or(0)
+        + m.get("Percpu").copied().unwrap_or(0)
+        + m.get("PageTables").copied().unwrap_or(0)
 }
 
 fn settle() {
@@ -731,7 +1010,13 @@ fn scale(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
         if nm < want_mrs { format!(" (asked {want_mrs}: device limit)") } else { String::new() }));
     let pd = Pd::alloc(&d.ctx).map_err(|e| format!("alloc_pd: {}", ename(e)))?;
     let cq = Cq::create(&d.ctx, 16, 0).map_err(|e| format!("create_cq: {}", ename(e)))?;
-    let cap = ibv_qp_cap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap = ibv_qp_cap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     // QPs
     settle();
     let m0 = kmem_kib();
@@ -739,7 +1024,13 @@ fn scale(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     let mut qps = Vec::with_capacity(nq as usize);
     let mut err = None;
     for i in 0..nq {
-        match Qp::create(&pd, &cq, if i % 2 == 0 { IBV_QPT_RC } else { IBV_QPT_UD }, cap, false) {
+        match Qp::create(
+            &pd,
+            &cq,
+            if i % 2 == 0 { IBV_QPT_RC } else { IBV_QPT_UD },
+            cap,
+            false,
+        ) {
             Ok(q) => qps.push(q),
             Err(e) => {
                 err = Some(format!("create_qp #{i}: {}", ename(e)));
@@ -770,7 +1061,10 @@ fn scale(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     ));
     match err {
         None if got == nq && derr == 0 => rep.pass("scale.qps"),
-        e => rep.fail("scale.qps", format!("{got} of {nq} created, {derr} destroy errors, {e:?}")),
+        e => rep.fail(
+            "scale.qps",
+            format!("{got} of {nq} created, {derr} destroy errors, {e:?}"),
+        ),
     }
     // MRs: small, over the same few pages
     let mut buf = vec![0u8; 1 << 16];
@@ -783,7 +1077,14 @@ fn scale(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     for i in 0..nm {
         let off = (i as usize % 16) * 4096;
         // SAFETY: valid PD; the buffer outlives every registration.
-        let m = unsafe { ibv_reg_mr(pd.ptr, bp.add(off).cast(), 4096, (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) as i32) };
+        let m = unsafe {
+            ibv_reg_mr(
+                pd.ptr,
+                bp.add(off).cast(),
+                4096,
+                (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) as i32,
+            )
+        };
         if m.is_null() {
             err = Some(format!("reg_mr #{i}: {}", ename(errno())));
             break;
@@ -814,7 +1115,10 @@ fn scale(a: &Args, dev: &str, rep: &mut Report) -> Result<(), String> {
     ));
     match err {
         None if got == nm && derr == 0 => rep.pass("scale.mrs"),
-        e => rep.fail("scale.mrs", format!("{got} of {nm} registered, {derr} dereg errors, {e:?}")),
+        e => rep.fail(
+            "scale.mrs",
+            format!("{got} of {nm} registered, {derr} dereg errors, {e:?}"),
+        ),
     }
     drop(buf);
     drop(cq);

@@ -43,161 +43,167 @@ fn marker(phase: u64) {
 /// The traced workload. Returns the exit code; prints what it did on stderr (after the last
 /// marker, so that nothing it prints lands inside a measured phase).
 fn child(dev: &str, n: usize) -> i32 {
-    let res = (|| -> Result<String, String> {
-        let d = Dev::open(dev)?;
-        let depth = (n + 2 * LIST).next_power_of_two() as u32;
-        let max_wr = (d.attr.max_qp_wr.max(1) as u32).min(depth);
-        if (max_wr as usize) < n + LIST {
-            return Err(format!("{dev}: max_qp_wr {} < {}", d.attr.max_qp_wr, n + LIST));
-        }
-        let cap = ibv_qp_cap {
-            max_send_wr: max_wr,
-            max_recv_wr: max_wr,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let cqe = (4 * max_wr as i32).min(d.attr.max_cqe.max(1));
-        let a = Side::new(&d, IBV_QPT_RC, cap, cqe, 1 << 16)?;
-        let b = Side::new(&d, IBV_QPT_RC, cap, cqe, 1 << 16)?;
-        let mut rng = Rng::new(1);
-        dp::connect(&d, &a, &d, &b, IBV_QPT_RC, 0, &mut rng)?;
-
-        // Work requests prepared up front: no allocation inside a phase.
-        let mut rsge: Vec<ibv_sge> = (0..n).map(|i| b.sge(8 * (i % 1024), 8)).collect();
-        let mut rwr: Vec<ibv_recv_wr> = (0..n)
-            .map(|i| ibv_recv_wr {
-                wr_id: i as u64,
-                num_sge: 1,
-                ..zeroed()
-            })
-            .collect();
-        for (w, s) in rwr.iter_mut().zip(rsge.iter_mut()) {
-            w.sg_list = s;
-        }
-        let mut ssge: Vec<ibv_sge> = (0..n).map(|i| a.sge(8 * (i % 1024), 8)).collect();
-        let mut swr: Vec<ibv_send_wr> = (0..n)
-            .map(|i| ibv_send_wr {
-                wr_id: i as u64,
-                num_sge: 1,
-                opcode: IBV_WR_SEND,
-                send_flags: IBV_SEND_SIGNALED,
-                ..zeroed()
-            })
-            .collect();
-        for (w, s) in swr.iter_mut().zip(ssge.iter_mut()) {
-            w.sg_list = s;
-        }
-        let mut wc = zeroed::<[ibv_wc; 32]>();
-        let mut bad_s: *mut ibv_send_wr = std::ptr::null_mut();
-        let mut bad_r: *mut ibv_recv_wr = std::ptr::null_mut();
-        let mut errs = 0usize;
-        let mut good = 0usize;
-        let mut polls = 0u64;
-
-        // Warm-up: one message through every verb (lazy binding, first faults).
-        {
-            let mut w = rwr[0];
-            dp::post_recv(&b.qp, &mut w)?;
-            let mut w = swr[0].bitcopy();
-            dp::post_send(&a.qp, &mut w)?;
-            dp::poll_n(&a.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;
-            dp::poll_n(&b.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;
-        }
-
-        marker(1);
-        for w in rwr.iter_mut() {
-            // SAFETY: valid QP; the WR and its SGE live in the vectors above.
-            if unsafe { vt_post_recv(b.qp.ptr, w, &mut bad_r) } != 0 {
-                errs += 1;
+    let res =
+        (|| -> Result<String, String> {
+            let d = Dev::open(dev)?;
+            let depth = (n + 2 * LIST).next_power_of_two() as u32;
+            let max_wr = (d.attr.max_qp_wr.max(1) as u32).min(depth);
+            if (max_wr as usize) < n + LIST {
+                return Err(format!(
+                    "{dev}: max_qp_wr {} < {}",
+                    d.attr.max_qp_wr,
+                    n + LIST
+                ));
             }
-        }
-        marker(2);
-        for w in swr.iter_mut() {
-            // SAFETY: as above.
-            if unsafe { vt_post_send(a.qp.ptr, w, &mut bad_s) } != 0 {
-                errs += 1;
+            let cap = ibv_qp_cap {
+                max_send_wr: max_wr,
+                max_recv_wr: max_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            let cqe = (4 * max_wr as i32).min(d.attr.max_cqe.max(1));
+            let a = Side::new(&d, IBV_QPT_RC, cap, cqe, 1 << 16)?;
+            let b = Side::new(&d, IBV_QPT_RC, cap, cqe, 1 << 16)?;
+            let mut rng = Rng::new(1);
+            dp::connect(&d, &a, &d, &b, IBV_QPT_RC, 0, &mut rng)?;
+
+            // Work requests prepared up front: no allocation inside a phase.
+            let mut rsge: Vec<ibv_sge> = (0..n).map(|i| b.sge(8 * (i % 1024), 8)).collect();
+            let mut rwr: Vec<ibv_recv_wr> = (0..n)
+                .map(|i| ibv_recv_wr {
+                    wr_id: i as u64,
+                    num_sge: 1,
+                    ..zeroed()
+                })
+                .collect();
+            for (w, s) in rwr.iter_mut().zip(rsge.iter_mut()) {
+                w.sg_list = s;
             }
-        }
-        marker(3);
-        let mut limit = 50_000_000u64;
-        while good < 2 * n && limit > 0 {
-            for cq in [&a.cq, &b.cq] {
-                // SAFETY: valid CQ and array.
-                let k = unsafe { vt_poll_cq(cq.ptr, wc.len() as i32, wc.as_mut_ptr()) };
-                polls += 1;
-                if k < 0 {
+            let mut ssge: Vec<ibv_sge> = (0..n).map(|i| a.sge(8 * (i % 1024), 8)).collect();
+            let mut swr: Vec<ibv_send_wr> = (0..n)
+                .map(|i| ibv_send_wr {
+                    wr_id: i as u64,
+                    num_sge: 1,
+                    opcode: IBV_WR_SEND,
+                    send_flags: IBV_SEND_SIGNALED,
+                    ..zeroed()
+                })
+                .collect();
+            for (w, s) in swr.iter_mut().zip(ssge.iter_mut()) {
+                w.sg_list = s;
+            }
+            let mut wc = zeroed::<[ibv_wc; 32]>();
+            let mut bad_s: *mut ibv_send_wr = std::ptr::null_mut();
+            let mut bad_r: *mut ibv_recv_wr = std::ptr::null_mut();
+            let mut errs = 0usize;
+            let mut good = 0usize;
+            let mut polls = 0u64;
+
+            // Warm-up: one message through every verb (lazy binding, first faults).
+            {
+                let mut w = rwr[0];
+                dp::post_recv(&b.qp, &mut w)?;
+                let mut w = swr[0].bitcopy();
+                dp::post_send(&a.qp, &mut w)?;
+                dp::poll_n(&a.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;
+                dp::poll_n(&b.cq, 1, Duration::from_secs(30)).map_err(|(_, e)| e)?;
+            }
+
+            marker(1);
+            for w in rwr.iter_mut() {
+                // SAFETY: valid QP; the WR and its SGE live in the vectors above.
+                if unsafe { vt_post_recv(b.qp.ptr, w, &mut bad_r) } != 0 {
                     errs += 1;
-                    limit = 1;
                 }
-                for w in &wc[..k.max(0) as usize] {
-                    if w.status == IBV_WC_SUCCESS {
-                        good += 1;
-                    } else {
+            }
+            marker(2);
+            for w in swr.iter_mut() {
+                // SAFETY: as above.
+                if unsafe { vt_post_send(a.qp.ptr, w, &mut bad_s) } != 0 {
+                    errs += 1;
+                }
+            }
+            marker(3);
+            let mut limit = 50_000_000u64;
+            while good < 2 * n && limit > 0 {
+                for cq in [&a.cq, &b.cq] {
+                    // SAFETY: valid CQ and array.
+                    let k = unsafe { vt_poll_cq(cq.ptr, wc.len() as i32, wc.as_mut_ptr()) };
+                    polls += 1;
+                    if k < 0 {
                         errs += 1;
+                        limit = 1;
+                    }
+                    for w in &wc[..k.max(0) as usize] {
+                        if w.status == IBV_WC_SUCCESS {
+                            good += 1;
+                        } else {
+                            errs += 1;
+                        }
                     }
                 }
+                limit -= 1;
             }
-            limit -= 1;
-        }
-        marker(4);
-        let mut extra = 0;
-        for _ in 0..n {
-            // SAFETY: valid CQ and array.
-            let k = unsafe { vt_poll_cq(a.cq.ptr, 1, wc.as_mut_ptr()) };
-            if k != 0 {
-                extra += 1;
+            marker(4);
+            let mut extra = 0;
+            for _ in 0..n {
+                // SAFETY: valid CQ and array.
+                let k = unsafe { vt_poll_cq(a.cq.ptr, 1, wc.as_mut_ptr()) };
+                if k != 0 {
+                    extra += 1;
+                }
             }
-        }
-        marker(5);
-        let lists = n / LIST;
-        // Untraced: the receives for the lists (posted as lists too).
-        marker(6);
-        for l in 0..lists {
-            let ws = &mut rwr[l * LIST..(l + 1) * LIST];
-            for j in 0..LIST - 1 {
-                ws[j].next = &mut ws[j + 1];
+            marker(5);
+            let lists = n / LIST;
+            // Untraced: the receives for the lists (posted as lists too).
+            marker(6);
+            for l in 0..lists {
+                let ws = &mut rwr[l * LIST..(l + 1) * LIST];
+                for j in 0..LIST - 1 {
+                    ws[j].next = &mut ws[j + 1];
+                }
+                ws[LIST - 1].next = std::ptr::null_mut();
+                // SAFETY: valid QP; a chain of WRs inside the vector.
+                if unsafe { vt_post_recv(b.qp.ptr, &mut ws[0], &mut bad_r) } != 0 {
+                    errs += 1;
+                }
             }
-            ws[LIST - 1].next = std::ptr::null_mut();
-            // SAFETY: valid QP; a chain of WRs inside the vector.
-            if unsafe { vt_post_recv(b.qp.ptr, &mut ws[0], &mut bad_r) } != 0 {
-                errs += 1;
+            for l in 0..lists {
+                let ws = &mut swr[l * LIST..(l + 1) * LIST];
+                for j in 0..LIST - 1 {
+                    ws[j].next = &mut ws[j + 1];
+                }
+                ws[LIST - 1].next = std::ptr::null_mut();
             }
-        }
-        for l in 0..lists {
-            let ws = &mut swr[l * LIST..(l + 1) * LIST];
-            for j in 0..LIST - 1 {
-                ws[j].next = &mut ws[j + 1];
+            marker(7);
+            for l in 0..lists {
+                // SAFETY: valid QP; a chain of WRs inside the vector.
+                if unsafe { vt_post_send(a.qp.ptr, &mut swr[l * LIST], &mut bad_s) } != 0 {
+                    errs += 1;
+                }
             }
-            ws[LIST - 1].next = std::ptr::null_mut();
-        }
-        marker(7);
-        for l in 0..lists {
-            // SAFETY: valid QP; a chain of WRs inside the vector.
-            if unsafe { vt_post_send(a.qp.ptr, &mut swr[l * LIST], &mut bad_s) } != 0 {
-                errs += 1;
-            }
-        }
-        marker(8);
-        let got_a = dp::poll_n(&a.cq, lists * LIST, Duration::from_secs(60));
-        let got_b = dp::poll_n(&b.cq, lists * LIST, Duration::from_secs(60));
-        let fails = |r: &Result<Vec<ibv_wc>, (Vec<ibv_wc>, String)>| match r {
-            Ok(v) => v.iter().filter(|w| w.status != IBV_WC_SUCCESS).count(),
-            Err((_, _)) => 1,
-        };
-        errs += fails(&got_a) + fails(&got_b);
-        let msg = format!(
+            marker(8);
+            let got_a = dp::poll_n(&a.cq, lists * LIST, Duration::from_secs(60));
+            let got_b = dp::poll_n(&b.cq, lists * LIST, Duration::from_secs(60));
+            let fails = |r: &Result<Vec<ibv_wc>, (Vec<ibv_wc>, String)>| match r {
+                Ok(v) => v.iter().filter(|w| w.status != IBV_WC_SUCCESS).count(),
+                Err((_, _)) => 1,
+            };
+            errs += fails(&got_a) + fails(&got_b);
+            let msg =
+                format!(
             "{good} of {} completions in {polls} poll_cq calls, {extra} from the empty CQ, \
              {errs} errors (post failures / bad completions), lists: {}/{}",
             2 * n,
             got_a.as_ref().map_or_else(|e| e.1.clone(), |v| v.len().to_string()),
             got_b.as_ref().map_or_else(|e| e.1.clone(), |v| v.len().to_string()),
         );
-        if errs > 0 || good != 2 * n || extra != 0 {
-            return Err(msg);
-        }
-        Ok(msg)
-    })();
+            if errs > 0 || good != 2 * n || extra != 0 {
+                return Err(msg);
+            }
+            Ok(msg)
+        })();
     match res {
         Ok(m) => {
             eprintln!("child: ok: {m}");
@@ -319,7 +325,9 @@ fn main() -> ExitCode {
         if exit_code == 0 {
             Ok(())
         } else {
-            Err(format!("traced child exited with {exit_code} (see its stderr)"))
+            Err(format!(
+                "traced child exited with {exit_code} (see its stderr)"
+            ))
         },
     );
     let lists = (n / LIST) as u64;
@@ -332,7 +340,11 @@ fn main() -> ExitCode {
     ];
     for (p, name, calls, max) in checks {
         let c = total(p);
-        let what = if p == 3 { "until all completions".to_owned() } else { format!("{calls} calls") };
+        let what = if p == 3 {
+            "until all completions".to_owned()
+        } else {
+            format!("{calls} calls")
+        };
         r.info(
             &format!("syscalls.{name}"),
             format!("{c} system calls during {what}: {}", detail(p)),
@@ -340,7 +352,10 @@ fn main() -> ExitCode {
         let res = if c <= max {
             Ok(())
         } else {
-            Err(format!("{c} system calls (at most {max} allowed): {}", detail(p)))
+            Err(format!(
+                "{c} system calls (at most {max} allowed): {}",
+                detail(p)
+            ))
         };
         r.result(&format!("syscalls.{name}"), res);
     }
