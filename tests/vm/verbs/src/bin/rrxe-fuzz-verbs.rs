@@ -722,7 +722,9 @@ unsafe fn one_op(
                 // The same WR list written straight into a uverbs POST_SEND command, as a
                 // process that bypasses the provider would (issue 25): inline or not, from
                 // user, kernel, unmapped and non-canonical addresses. A user QP's WRs travel
-                // through its SQ ring only: every such list must be refused with EINVAL.
+                // through its SQ ring only: every such list must be refused (the driver says
+                // EINVAL; ib_uverbs may refuse first, e.g. ENOENT for an AH handle it cannot
+                // find). Accepting one is the failure.
                 let addrs = [
                     0xffff_ffff_8100_0000u64,
                     0xffff_8880_0000_0000,
@@ -752,9 +754,9 @@ unsafe fn one_op(
                 let mut bad = null_mut();
                 let rc = ibv_cmd_post_send(qp, &mut w, &mut bad);
                 st.rec("raw_post_send", rc == 0, rc);
-                if rc != libc::EINVAL && st.unclean.len() < 20 {
+                if rc == 0 && st.unclean.len() < 20 {
                     st.unclean.push(format!(
-                        "raw_post_send of a WR list returned {rc}, want EINVAL (addr {:#x})",
+                        "raw_post_send of a WR list was accepted (addr {:#x})",
                         sge.addr
                     ));
                 }
