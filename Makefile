@@ -31,7 +31,8 @@ test-vm: build
 bench:
 	scripts/bench
 
-# Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path.
+# Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path, the
+# coverage-guided host targets (RRXE_FUZZ_SECONDS each, default 300; cargo-fuzz, stable), the guest.
 fuzz: deps
 	RRXE_FUZZ_PACKETS=$${RRXE_FUZZ_PACKETS:-1000000} scripts/fuzz
 
