@@ -137,6 +137,20 @@ where
         self.complete_front(env, wc_status::SUCCESS);
     }
 
+    /// Completes the local operations (REG_MR, LOCAL_INV) the requester already executed and
+    /// that are now at the front: they have no PSN and wait only for what was before them (a
+    /// READ or atomic whose answer just completed it; `ack_through` does the same after an
+    /// acknowledgement).
+    fn complete_local_front<E: Env>(&mut self, env: &mut E) {
+        while self.sq.done != self.sq.head {
+            let e = self.sq.entry(self.sq.done);
+            if !e.started || !e.kind.is_local() {
+                break;
+            }
+            self.complete_answered(env);
+        }
+    }
+
     /// `acked` moved: a requester that a rewind left behind it skips what is acknowledged.
     fn catch_up(&mut self) {
         if !self.req.acked.after(self.req.psn) {
@@ -358,6 +372,7 @@ where
         self.set_acked(psn.next());
         if s.position.is_end() {
             self.complete_answered(env);
+            self.complete_local_front(env);
         }
         self.catch_up();
         self.progress(env);
@@ -390,6 +405,7 @@ where
             return;
         }
         self.complete_answered(env);
+        self.complete_local_front(env);
         self.set_acked(psn.next());
         self.catch_up();
         self.progress(env);

@@ -137,6 +137,49 @@ fn local_op_after_outstanding_send_completes_only_after_it() {
     );
 }
 
+/// Found by the coverage-guided engine target: a local operation executed while a READ or
+/// an atomic before it was outstanding completed only with a later ACK, so with nothing after
+/// it it stayed outstanding for ever (no completion, no timer).
+#[test]
+fn local_op_behind_a_read_or_atomic_completes_with_its_answer() {
+    for atomic in [false, true] {
+        let mut p = kernel_pair();
+        let (w1, s1) = if atomic {
+            let mut a = signaled(wr_opcode::ATOMIC_FETCH_AND_ADD, 1, 1);
+            a.remote_addr = 0x1003_0000;
+            a.rkey = 0x100;
+            a.compare_add = 5;
+            (
+                a,
+                Sge {
+                    addr: 0x2003_0000,
+                    length: 8,
+                    lkey: 0x200,
+                },
+            )
+        } else {
+            read_wr(1, 0x1000_0000, 0x2000_0000, 4096)
+        };
+        p.post_send(w1, &[s1], &[]);
+        p.post_send(reg_mr(2, 0x4402, 0x7000_0000, 4096, 0), &[], &[]);
+        p.run();
+        let first = if atomic {
+            wc_opcode::FETCH_ADD
+        } else {
+            wc_opcode::RDMA_READ
+        };
+        assert_eq!(
+            ops(&p.sa),
+            vec![
+                (1, first, wc_status::SUCCESS),
+                (2, wc_opcode::REG_MR, wc_status::SUCCESS),
+            ],
+            "atomic: {atomic}"
+        );
+        assert_eq!(p.a.details().sq_outstanding, 0, "atomic: {atomic}");
+    }
+}
+
 #[test]
 fn send_with_invalidate_invalidates_the_responders_rkey() {
     let mut p = kernel_pair();

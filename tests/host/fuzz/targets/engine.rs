@@ -1127,20 +1127,6 @@ impl World {
                 && (self.caps.t != QpType::Rc || e.config().timeout != 0)
             {
                 let d = e.details();
-                // KNOWN BUG (kmod/logic/transport/completer.rs): a local operation (REG_MR,
-                // LOCAL_INV) executed while an RDMA READ or atomic before it was outstanding is
-                // completed by the next ACK only (`ack_through`), not by the READ's last
-                // response or the atomic's acknowledge (`rx_read_response`, `rx_atomic_ack`):
-                // with nothing after it, it stays outstanding for ever. Tolerated here, with
-                // the local operation at the front, until fixed; then remove this.
-                let log = &m.side.sq_log;
-                let front = log
-                    .len()
-                    .checked_sub(d.sq_outstanding as usize)
-                    .and_then(|k| log.get(k));
-                if front.is_some_and(|&id| m.send[id as usize - 1].local) {
-                    continue;
-                }
                 assert_eq!(
                     d.sq_outstanding, 0,
                     "QP {i}: {d:?} with no timer armed and nothing moving (stranded)"
