@@ -365,21 +365,29 @@ fn kallsym(name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether any uverbs mapping of this process holds `needle`.
+/// The uverbs mappings of this process: (start, end, permissions).
+fn uverbs_maps() -> Result<Vec<(usize, usize, String)>, String> {
+    let maps =
+        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    Ok(maps
+        .lines()
+        .filter(|l| l.contains("uverbs"))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).ok()?,
+                usize::from_str_radix(hi, 16).ok()?,
+            );
+            Some((lo, hi, perms.to_owned()))
+        })
+        .collect())
+}
+
+/// Whether any readable uverbs mapping of this process holds `needle`.
 fn uverbs_maps_hold(needle: &[u8]) -> bool {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    for l in maps.lines().filter(|l| l.contains("uverbs")) {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        else {
-            continue;
-        };
+    for (lo, hi, perms) in uverbs_maps().unwrap_or_default() {
         if !perms.starts_with('r') {
             continue;
         }
@@ -570,21 +578,8 @@ const RING_LOG2_SLOTS: usize = 128;
 /// The ring of this process (a read-write uverbs mapping) whose header says 2^`log2` slots;
 /// exactly one must exist.
 fn ring_with(log2: u32) -> Result<*mut u8, String> {
-    let maps =
-        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     let mut found = Vec::new();
-    for l in maps.lines().filter(|l| l.contains("uverbs")) {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        else {
-            continue;
-        };
+    for (lo, hi, perms) in uverbs_maps()? {
         if !perms.starts_with("rw") || hi - lo < 4096 {
             continue;
         }
