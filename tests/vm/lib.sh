@@ -1,8 +1,12 @@
 # Sourced by guest-side test scripts. Each check prints "PASS name" or "FAIL name: why";
 # the summary line "N passed, N failed" closes the script, whose exit status is the failure count.
-PASSED=0; FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "PASS $1"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL $1: ${2:-}"; }
+# A check that took a second or more since the previous one carries its time, "(12 s)": where a
+# suite's time goes (tests/vm/run-all lists the slowest).
+PASSED=0; FAILED=0; LAST_CHECK_T=${EPOCHSECONDS:-0}; TOOK=
+took() { local now=${EPOCHSECONDS:-0}; TOOK=
+  [ $((now - LAST_CHECK_T)) -ge 1 ] && TOOK=" ($((now - LAST_CHECK_T)) s)"; LAST_CHECK_T=$now; }
+pass() { PASSED=$((PASSED + 1)); took; echo "PASS $1$TOOK"; }
+fail() { FAILED=$((FAILED + 1)); took; echo "FAIL $1$TOOK: ${2:-}"; }
 # check NAME CMD...: passes when CMD succeeds.
 check() { local n=$1; shift; local out; if out=$("$@" 2>&1); then pass "$n"; else fail "$n" "$(echo "$out" | tail -5)"; fi; }
 # check_fails NAME PATTERN CMD...: passes when CMD fails and its output matches PATTERN.

@@ -17,10 +17,10 @@
 #   RRXE_VM_TESTS=robust tests/vm/run-all
 #
 # Environment: RRXE_ROBUST_ONLY (subset of "failnth packets verbs concurrency teardown scale"),
-# RRXE_ROBUST_SEED (default: the clock; printed), RRXE_ROBUST_PACKETS (50000; make fuzz runs 10^6 on the host),
+# RRXE_ROBUST_SEED (default: the clock; printed), RRXE_ROBUST_PACKETS (20000; make fuzz runs 10^6 on the host),
 # RRXE_ROBUST_LINKADD_FULL=1 (fail every fault site of `rdma link add`, about 30 min; make test
 # samples them), RRXE_ROBUST_LINKADD_FIRST=N (start that sweep at site N),
-# RRXE_ROBUST_VERBS_OPS (5000), RRXE_ROBUST_SCALE (0, the default and `make test`'s size: 1,000
+# RRXE_ROBUST_VERBS_OPS (3000), RRXE_ROBUST_SCALE (0, the default and `make test`'s size: 1,000
 # QPs and 3,000 MRs; 1, as `make fuzz` runs it: 10,000 and 100,000, about 270 s under TCG+KASAN,
 # too much for CI's budget), RRXE_ROBUST_QPS / RRXE_ROBUST_MRS to set them directly.
 . "$(dirname "$0")/lib.sh"
@@ -28,8 +28,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${RRXE_ROBUST_BIN:-$root/target/release}
 only=" ${RRXE_ROBUST_ONLY:-failnth packets verbs concurrency teardown scale} "
 seed=${RRXE_ROBUST_SEED:-$(date +%s%N | cut -c1-15)}
-packets=${RRXE_ROBUST_PACKETS:-50000}
-vops=${RRXE_ROBUST_VERBS_OPS:-5000}
+packets=${RRXE_ROBUST_PACKETS:-20000}
+vops=${RRXE_ROBUST_VERBS_OPS:-3000}
 if [ "${RRXE_ROBUST_SCALE:-0}" = 1 ]; then qps=10000; mrs=100000; else qps=1000; mrs=3000; fi
 qps=${RRXE_ROBUST_QPS:-$qps}; mrs=${RRXE_ROBUST_MRS:-$mrs}
 part() { [[ $only == *" $1 "* ]]; }
@@ -115,7 +115,7 @@ if part failnth; then
   # samples every 13th past the first 100 within 150 s; RRXE_ROBUST_LINKADD_FULL=1 fails every
   # one. Near the end, failing netlink_ack()'s allocation loses the answer to a NEWLINK that
   # succeeded: recv gets ENOBUFS and the device exists, which the sweep accepts and deletes)
-  if [ "${RRXE_ROBUST_LINKADD_FULL:-0}" = 1 ]; then la=(); lat=3000; else la=(--stride-after 100 --stride 13 --max-secs 150); lat=200; fi
+  if [ "${RRXE_ROBUST_LINKADD_FULL:-0}" = 1 ]; then la=(); lat=3000; else la=(--stride-after 100 --stride 13 --max-secs 60); lat=200; fi
   [ -n "${RRXE_ROBUST_LINKADD_FIRST:-}" ] && la+=(--first "$RRXE_ROBUST_LINKADD_FIRST")
   sub "failnth.link_add" $lat "$bin/rrxe-robust" linkadd-failnth --name rrxef0 --netdev vethf0 "${la[@]}"
   check "failnth.link_add.netdev_deletable" timeout 20 ip link del vethf0
