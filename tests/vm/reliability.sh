@@ -41,7 +41,7 @@
 #   RRXE_REL_B         rrxe (default) or rxe: B with rdma_rxe on both ends (rxe0 on veth0, rxe1
 #                      on veth1, both in init_net; A is skipped) to validate the harness itself;
 #                      the rrxe counter checks are then skipped
-#   RRXE_REL_ITERS     pingpong/perftest iterations (50)
+#   RRXE_REL_ITERS     pingpong/perftest iterations (20: interop is proven by the exchange, not its length)
 #   RRXE_REL_PINGPONG  B.interop's pingpong tools (default "rc uc ud srq"); RRXE_REL_PERFTEST its
 #                      perftest tools (default "write_bw read_bw send_bw atomic_bw write_lat"; a
 #                      tool named twice runs twice); RRXE_REL_INTEGRITY=0 leaves out its
@@ -121,7 +121,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${RRXE_REL_BIN:-$root/target/release}
 T=${RRXE_REL_STEP_TIMEOUT:-120}
 WCT=${RRXE_REL_WC_TIMEOUT:-30}
-ITERS=${RRXE_REL_ITERS:-50}
+ITERS=${RRXE_REL_ITERS:-20}
 BPEER=${RRXE_REL_B:-rrxe}
 only=" ${RRXE_REL_ONLY:-A.lossless A.faults A.ucloss A.linkdown A.inflight B.interop B.faults B.ucloss B.linkdown} "
 settings=" ${RRXE_REL_SETTINGS:-loss1 loss10 reorder dup5 corrupt2} "
