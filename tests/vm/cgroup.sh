@@ -23,19 +23,19 @@ mkdir -p "$g"
 check "cgroup.device_listed" grep -q "^$dev hca_handle=max hca_object=max" "$g/rdma.max"
 
 # charge ARGS...: the charging program, run as a member of $g.
-charge() { bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$g" "$py" "$here/cgroup-charge.py" --dev "$dev" "$@"; }
+charge() { timeout 60 bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$g" "$py" "$here/cgroup-charge.py" --dev "$dev" "$@"; }
 
 echo "$dev hca_handle=1 hca_object=5" > "$g/rdma.max"
-out=$(timeout 60 charge --max 64); echo "cgroup: limit 5 objects: $out"
+out=$(charge --max 64); echo "cgroup: limit 5 objects: $out"
 check "cgroup.objects_limited_eagain" test "$out" = "contexts 1 objects 5 errno 11 (EAGAIN)"
-out=$(timeout 60 charge --contexts 2 --max 0); echo "cgroup: limit 1 context: $out"
+out=$(charge --contexts 2 --max 0); echo "cgroup: limit 1 context: $out"
 check "cgroup.contexts_limited_eagain" test "$out" = "contexts 1 objects 0 errno 11 (EAGAIN)"
 
 # While the objects are held, rdma.current counts them; when the holder is killed, nothing is left.
-sleep 300 | charge --max 3 --hold > /tmp/cgroup.hold &
+sleep 120 | charge --max 3 --hold > /tmp/cgroup.hold &
 check "cgroup.holder_ready" wait_for 60 grep -q objects /tmp/cgroup.hold
 echo "cgroup: holding: $(cat /tmp/cgroup.hold)"
-cur=$(grep "^$dev " "$g/rdma.current")
+cur=$(grep "^$dev " "$g/rdma.current" | xargs)
 echo "cgroup: rdma.current while held: $cur"
 check "cgroup.current_counts_held" test "$cur" = "$dev hca_handle=1 hca_object=3"
 pkill -9 -f cgroup-charge.py; pkill sleep; wait 2>/dev/null
@@ -46,7 +46,7 @@ out=$(timeout 60 "$py" "$here/cgroup-charge.py" --dev "$dev" --max 40); echo "cg
 check "cgroup.others_unaffected" test "$out" = "contexts 1 objects 40 errno 0 (-)"
 
 echo "$dev hca_handle=max hca_object=max" > "$g/rdma.max"
-out=$(timeout 60 charge --max 40); echo "cgroup: limit lifted: $out"
+out=$(charge --max 40); echo "cgroup: limit lifted: $out"
 check "cgroup.limit_lifted" test "$out" = "contexts 1 objects 40 errno 0 (-)"
 rmdir "$g"
 summary
