@@ -50,7 +50,23 @@ pub struct Resource {
     /// missing packet, starting again with READ_RESPONSE_FIRST (as a requester expects after
     /// it re-issued the READ).
     first: u32,
+    /// READ: replays a duplicate may still start before the requester shows it got further
+    /// (see `READ_REPLAYS`).
+    replays_left: u8,
+    /// READ: the furthest packet a duplicate asked to be answered from. It never moves back,
+    /// so only a duplicate past it is progress (two captured requests sent in turn are not).
+    high: u32,
+    /// A duplicate (re)started its answer: the answer still owed is a replay, which a new
+    /// request may cut short (see `Engine::res_slot`).
+    replayed: bool,
 }
+
+/// Replays of a READ that duplicates may start while the requester gets no further: one more
+/// than a requester's retries (`retry_cnt` is at most 7) with nothing received in between. A
+/// duplicate READ asking from a packet past every earlier one (the requester received more)
+/// gives them back. Beyond them a duplicate is dropped: a captured or spoofed request sent
+/// again and again must not make us resend a READ of up to 2 GiB each time.
+pub(super) const READ_REPLAYS: u8 = 8;
 
 impl Resource {
     fn pending(&self) -> bool {
@@ -211,12 +227,23 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         }
     }
 
-    /// The recorded resource whose PSN range holds `psn`.
-    fn find(&self, psn: Psn) -> Option<usize> {
-        (0..self.res_len).map(|k| self.at(k)).find(|&i| {
+    /// The recorded resource whose PSN range holds `psn`: its place from the oldest (`k`) and
+    /// its ring index.
+    fn find(&self, psn: Psn) -> Option<(usize, usize)> {
+        (0..self.res_len).map(|k| (k, self.at(k))).find(|&(_, i)| {
             let r = &self.res[i];
             r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1))
         })
+    }
+
+    /// The requester got further in the `k`-th oldest resource: the READs from it on get their
+    /// replays back. The younger ones too: go-back-N sends every READ after the one it goes
+    /// back to again, and they get no further while the requester works through an older one.
+    fn refill_replays(&mut self, k: usize) {
+        for k in k..self.res_len {
+            let i = self.at(k);
+            self.res[i].replays_left = READ_REPLAYS;
+        }
     }
 }
 
@@ -734,9 +761,12 @@ where
         }
     }
 
-    /// Makes room for a new resource: evicts the oldest when all `capacity` are in use. A
-    /// peer that has more outstanding than `max_dest_rd_atomic` (the oldest still owes
-    /// responses) gets no room.
+    /// Makes room for a new (in-sequence) READ or atomic: evicts the oldest resource when all
+    /// `capacity` are in use. A requester keeps at most `max_dest_rd_atomic` outstanding, so a
+    /// new one proves it is done with the oldest (its PSN is past that one's range): a replay
+    /// of it still under way (a duplicate of a READ whose original answer was only late) is
+    /// cut short, as rdma_rxe reuses its oldest resource. Only a peer that has more outstanding
+    /// than `max_dest_rd_atomic` (the oldest still owes its first answer) gets no room.
     fn res_slot(&mut self) -> Option<usize> {
         let cap = self.capacity();
         if cap == 0 {
@@ -745,11 +775,11 @@ where
         // A lowered max_dest_rd_atomic (RESET to a new connection) shrinks the window.
         while self.resp.res_len >= cap {
             let oldest = self.resp.res_head;
-            if self.resp.res[oldest].pending() {
+            let o = &self.resp.res[oldest];
+            if o.pending() && !o.replayed {
                 return None;
             }
-            let r = &self.resp.res[oldest];
-            self.resp.evicted = Some(r.psn.wrapping_add(r.count.max(1) - 1));
+            self.resp.evicted = Some(o.psn.wrapping_add(o.count.max(1) - 1));
             self.resp.res[oldest] = Resource::default();
             self.resp.res_head = self.resp.at(1);
             self.resp.res_len -= 1;
@@ -794,6 +824,9 @@ where
             msn: self.resp.msn,
             next: 0,
             first: 0,
+            replays_left: READ_REPLAYS,
+            high: 0,
+            replayed: false,
         };
     }
 
@@ -849,6 +882,9 @@ where
             msn: self.resp.msn,
             next: 0,
             first: 0,
+            replays_left: 0,
+            high: 0,
+            replayed: false,
         };
     }
 
@@ -858,11 +894,11 @@ where
         match pkt.info().op {
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
                 let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
-                let Some(i) = self.resp.find(psn) else {
+                let Some((k, i)) = self.resp.find(psn) else {
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 };
-                let r = &mut self.resp.res[i];
+                let r = &self.resp.res[i];
                 let read = pkt.info().op == Operation::RdmaReadRequest;
                 // Only what was recorded is answered again, and only to a request that names it.
                 if rkey != Some(r.rkey)
@@ -873,10 +909,29 @@ where
                     return;
                 }
                 let from = psn.distance_from(r.psn);
-                if r.next >= r.count || from < r.next {
-                    r.next = from;
-                    r.first = from;
+                if r.next < r.count && from >= r.next {
+                    // The answer under way reaches it: nothing to start.
+                    return;
                 }
+                if read {
+                    // A replay (up to the whole READ) costs one of its budget; a duplicate
+                    // asking from further on than any before shows the requester got further.
+                    if from > r.high {
+                        self.resp.res[i].high = from;
+                        self.resp.refill_replays(k);
+                    }
+                    let r = &mut self.resp.res[i];
+                    if r.replays_left == 0 {
+                        self.stat(env, Stat::ReadReplaysRefused, 1);
+                        return;
+                    }
+                    r.replays_left -= 1;
+                    self.stat(env, Stat::ReadReplays, 1);
+                }
+                let r = &mut self.resp.res[i];
+                r.next = from;
+                r.first = from;
+                r.replayed = true;
             }
             _ => {
                 // Re-acknowledge everything received so far, short of a READ or atomic.
