@@ -2147,6 +2147,13 @@ impl Env for Ctx<'_, '_> {
     fn in_transit(&mut self) -> bool {
         self.qp.fabric.pool.lock().lent() > self.out.len
     }
+
+    /// `jiffies` in milliseconds (the clock of the READ replay budget).
+    fn now_ms(&mut self) -> u64 {
+        let hz = timer::usecs_to_jiffies(1_000_000).max(1);
+        let j = timer::now();
+        (j / hz) * 1000 + (j % hz) * 1000 / hz
+    }
 }
 
 /// Packets from the wire (softirq): the device's entry in the receive table.

@@ -26,7 +26,7 @@ mod requester;
 mod responder;
 mod wqe;
 
-pub use self::responder::Resource;
+pub use self::responder::{Resource, READ_REPLAY_REFILL_MS};
 pub use self::wqe::{decode_send_wqe, RecvWr};
 // The kernel-consumer encoders: used by the verbs shell (rrxe.ko), not by rrxe_selftest.ko.
 #[allow(unused_imports)]
@@ -196,6 +196,12 @@ pub trait Env {
     /// ([`Engine::retry_timer_expired`]). A shell that cannot tell says `false`.
     fn in_transit(&mut self) -> bool {
         false
+    }
+    /// A clock in milliseconds (any origin; it may wrap), for what the engine bounds over time
+    /// (replays of a READ, [`responder::READ_REPLAY_REFILL_MS`]). A shell without one answers
+    /// 0: those bounds then hold per count only.
+    fn now_ms(&mut self) -> u64 {
+        0
     }
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
     /// completed. Called before the retired WR's completion (if any) is posted, so a consumer

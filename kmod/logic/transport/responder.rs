@@ -51,8 +51,10 @@ pub struct Resource {
     /// it re-issued the READ).
     first: u32,
     /// READ: replays a duplicate may still start before the requester shows it got further
-    /// (see `READ_REPLAYS`).
+    /// or time gives one back (see `READ_REPLAYS`).
     replays_left: u8,
+    /// READ: when `replays_left` was last topped up by time ([`Env::now_ms`]).
+    refilled_ms: u64,
     /// READ: the furthest packet a duplicate asked to be answered from. It never moves back,
     /// so only a duplicate past it is progress (two captured requests sent in turn are not).
     high: u32,
@@ -64,9 +66,25 @@ pub struct Resource {
 /// Replays of a READ that duplicates may start while the requester gets no further: one more
 /// than a requester's retries (`retry_cnt` is at most 7) with nothing received in between. A
 /// duplicate READ asking from a packet past every earlier one (the requester received more)
-/// gives them back. Beyond them a duplicate is dropped: a captured or spoofed request sent
-/// again and again must not make us resend a READ of up to 2 GiB each time.
+/// gives them back, and time gives one back every [`READ_REPLAY_REFILL_MS`]. Beyond them a
+/// duplicate is dropped: a captured or spoofed request sent again and again must not make us
+/// resend a READ of up to 2 GiB each time.
+///
+/// What is charged is a requester's *asking again*, not each READ it sends again: go-back-N
+/// sends every READ after the one it goes back to again, in PSN order, and the READs that
+/// continue such a sweep (each duplicate starting at the PSN after the previous one) are not
+/// charged; the first READ of the sweep pays for it. (Charging every READ of every sweep spent
+/// the budget of a young READ that waited behind older ones through eight go-backs under
+/// reordering, and its answer, which the requester had dropped while an older READ was
+/// missing, was then refused for good: the requester waited out all its retries, a hang at
+/// `timeout` 18 and above.)
 pub(super) const READ_REPLAYS: u8 = 8;
+
+/// Time after which a READ's replays get one more back (see [`READ_REPLAYS`]): a requester
+/// whose retransmit timeout is at least this long is never refused a replay it asks for after
+/// its timeout, however often its answer was lost; over time a captured request gets at most
+/// one replay per this period per resource.
+pub const READ_REPLAY_REFILL_MS: u64 = 8;
 
 impl Resource {
     fn pending(&self) -> bool {
@@ -117,6 +135,11 @@ pub(super) struct Responder<R> {
     reack_left: u8,
     /// The PSN they acknowledge (the answer to the last duplicate).
     reack_psn: Psn,
+    /// The PSN right after the last duplicate request (after the whole range of a READ), and
+    /// whether a READ of that go-back-N sweep was charged a replay already: a duplicate READ
+    /// there continues the sweep and is not charged again (see [`READ_REPLAYS`]). `None` after
+    /// an in-order request or a refused duplicate.
+    sweep_next: Option<(Psn, bool)>,
 }
 
 /// Re-acknowledgements after a retransmission episode, at most.
@@ -155,6 +178,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             comm_est_sent: false,
             reack_left: 0,
             reack_psn: Psn::ZERO,
+            sweep_next: None,
         };
         r.reset();
         r
@@ -176,6 +200,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.evicted = None;
         self.comm_est_sent = false;
         self.reack_left = 0;
+        self.sweep_next = None;
     }
 
     /// Entering ERR: nothing more is sent. Returns whether re-acknowledgements were pending
@@ -496,6 +521,7 @@ where
         match self.classify(psn, info.position.is_start()) {
             Arrival::InOrder => {
                 self.resp.nak_sent = false;
+                self.resp.sweep_next = None;
                 if self.resp.reack_left > 0 {
                     // The requester moved on: its retransmission reached us and was answered.
                     self.resp.reack_left = 0;
@@ -825,6 +851,7 @@ where
             next: 0,
             first: 0,
             replays_left: READ_REPLAYS,
+            refilled_ms: env.now_ms(),
             high: 0,
             replayed: false,
         };
@@ -883,6 +910,7 @@ where
             next: 0,
             first: 0,
             replays_left: 0,
+            refilled_ms: 0,
             high: 0,
             replayed: false,
         };
@@ -891,6 +919,13 @@ where
     /// A request below the expected PSN (its answer was lost, or the packet was duplicated).
     fn rx_duplicate<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>) {
         let psn = pkt.bth().psn;
+        // Whether it continues a go-back-N sweep (the previous duplicate ended right before it)
+        // whose first READ paid for it.
+        let paid = match self.resp.sweep_next {
+            Some((p, paid)) if p == psn => paid,
+            _ => false,
+        };
+        self.resp.sweep_next = Some((psn.next(), paid));
         match pkt.info().op {
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
                 let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
@@ -908,24 +943,21 @@ where
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 }
+                self.resp.sweep_next = Some((r.psn.wrapping_add(r.count.max(1)), paid));
                 let from = psn.distance_from(r.psn);
                 if r.next < r.count && from >= r.next {
                     // The answer under way reaches it: nothing to start.
                     return;
                 }
                 if read {
-                    // A replay (up to the whole READ) costs one of its budget; a duplicate
-                    // asking from further on than any before shows the requester got further.
-                    if from > r.high {
-                        self.resp.res[i].high = from;
-                        self.resp.refill_replays(k);
-                    }
-                    let r = &mut self.resp.res[i];
-                    if r.replays_left == 0 {
+                    if !self.charge_replay(env, k, i, from, paid) {
+                        self.resp.sweep_next = None;
                         self.stat(env, Stat::ReadReplaysRefused, 1);
                         return;
                     }
-                    r.replays_left -= 1;
+                    if let Some((_, p)) = self.resp.sweep_next.as_mut() {
+                        *p = true;
+                    }
                     self.stat(env, Stat::ReadReplays, 1);
                 }
                 let r = &mut self.resp.res[i];
@@ -946,6 +978,41 @@ where
                 }
             }
         }
+    }
+
+    /// Whether a duplicate of the READ in resource `i` (the `k`-th oldest), asking from its
+    /// packet `from`, may start a replay; charges it to the budget ([`READ_REPLAYS`]).
+    /// `paid`: it continues a go-back-N sweep whose first READ paid already.
+    fn charge_replay<E: Env>(
+        &mut self,
+        env: &mut E,
+        k: usize,
+        i: usize,
+        from: u32,
+        paid: bool,
+    ) -> bool {
+        // Asking from further on than any duplicate before: the requester got further.
+        if from > self.resp.res[i].high {
+            self.resp.res[i].high = from;
+            self.resp.refill_replays(k);
+        }
+        let now = env.now_ms();
+        let r = &mut self.resp.res[i];
+        // Time gives replays back, one per READ_REPLAY_REFILL_MS.
+        let back = now.wrapping_sub(r.refilled_ms) / READ_REPLAY_REFILL_MS;
+        if back > 0 {
+            let left = u64::from(r.replays_left) + back;
+            r.replays_left = left.min(u64::from(READ_REPLAYS)) as u8;
+            r.refilled_ms = now;
+        }
+        if paid {
+            return true;
+        }
+        if r.replays_left == 0 {
+            return false;
+        }
+        r.replays_left -= 1;
+        true
     }
 
     /// Sends up to `budget` owed response packets, oldest first, then the NAK or coalesced

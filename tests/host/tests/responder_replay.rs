@@ -406,3 +406,88 @@ fn a_read_still_on_its_first_answer_is_not_evicted() {
     assert!(out.iter().any(|&(_, _, nak)| nak), "{out:x?}");
     assert_eq!(p.b.state(), QpState::Err);
 }
+
+// ---- what the budget charges: a requester asking again, not every READ a go-back resends ----
+
+#[test]
+fn a_go_back_sweep_is_charged_to_its_first_read_only() {
+    // Go-back-N under reordering: the requester goes back to its oldest READ again and again,
+    // and each time sends every younger READ again, in PSN order (it dropped their answers,
+    // which came while an older READ was missing). Single-packet READs never ask "from further
+    // on", so charging each READ of each sweep spent the youngest one's budget after eight
+    // sweeps, and its answer, which the requester needs, was refused for good (the requester
+    // waited out its retries: reliability-a's A.reorder and A.lossless "hang" of 2026-11-28).
+    // Only the first READ of a sweep is charged.
+    const N: usize = 12;
+    let mut p = Pair::with(QpType::Rc, MTU, |c| {
+        c.max_rd_atomic = 16;
+        c.max_dest_rd_atomic = 16;
+    });
+    for i in 0..N as u64 {
+        let (w, sge) = read_wr(i + 1, 0x1000_0000 + (i << 16), 0x2000_0000 + (i << 16), 512);
+        p.post_send(w, &[sge], &[]);
+    }
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let reqs: Vec<Vec<u8>> = p.sa.out.drain(..).map(|(b, _)| b).collect();
+    assert_eq!(reqs.len(), N);
+    for r in &reqs {
+        to_b(&mut p, r, 100_000);
+    }
+    assert_eq!(responses_from_b(&mut p), N);
+    // Sweep i goes back to READ i (the ones before it completed meanwhile) and sends the rest.
+    for i in 0..N {
+        for r in &reqs[i..] {
+            to_b(&mut p, r, 100_000);
+        }
+        assert_eq!(responses_from_b(&mut p), N - i, "sweep {i}");
+    }
+    assert_eq!(p.sb.stat(Stat::ReadReplaysRefused), 0);
+    assert_eq!(p.sb.stat(Stat::ReadReplays), (N * (N + 1) / 2) as u64);
+    // The same sweep again and again without progress costs its first READ one replay each
+    // time: after 8 (one was its own sweep's above), that READ is refused and the sweep breaks
+    // there; the next READ starts a sweep of its own and pays for it.
+    for _ in 0..7 {
+        for r in &reqs[N - 3..] {
+            to_b(&mut p, r, 100_000);
+        }
+        assert_eq!(responses_from_b(&mut p), 3);
+    }
+    for r in &reqs[N - 3..] {
+        to_b(&mut p, r, 100_000);
+    }
+    assert_eq!(responses_from_b(&mut p), 2);
+    assert_eq!(p.sb.stat(Stat::ReadReplaysRefused), 1);
+    assert_eq!(p.b.state(), QpState::Rts);
+}
+
+#[test]
+fn time_gives_replays_back() {
+    // A requester that loses every answer asks again after each of its timeouts: the
+    // budget is spent after 8 without progress, but every READ_REPLAY_REFILL_MS gives one
+    // back, so a requester whose timeout is at least that long is answered every time; a
+    // captured request gets one replay per period, never more than 8 at once.
+    let (mut p, reqs) = reads_answered(1);
+    for _ in 0..8 {
+        to_b(&mut p, &reqs[0], 100_000);
+        assert_eq!(responses_from_b(&mut p), PKTS as usize);
+    }
+    to_b(&mut p, &reqs[0], 100_000);
+    assert_eq!(responses_from_b(&mut p), 0, "spent");
+    // A requester at timeout 11 (8.4 ms): every ask after a timeout is answered.
+    for round in 0..20 {
+        p.sb.now_ms += READ_REPLAY_REFILL_MS;
+        to_b(&mut p, &reqs[0], 100_000);
+        assert_eq!(responses_from_b(&mut p), PKTS as usize, "round {round}");
+        to_b(&mut p, &reqs[0], 100_000);
+        assert_eq!(responses_from_b(&mut p), 0, "round {round}: one per period");
+    }
+    // A long quiet time refills the budget, to 8 at most.
+    p.sb.now_ms += 1000 * READ_REPLAY_REFILL_MS;
+    let mut answered = 0;
+    for _ in 0..20 {
+        to_b(&mut p, &reqs[0], 100_000);
+        answered += responses_from_b(&mut p);
+    }
+    assert_eq!(answered, 8 * PKTS as usize);
+    assert_eq!(p.b.state(), QpState::Rts);
+}
