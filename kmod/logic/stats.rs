@@ -83,10 +83,13 @@ pub enum Stat {
     /// Duplicate READs refused (dropped) because their resource had spent its replays without
     /// the requester getting any further (a captured or spoofed request sent again and again).
     ReadReplaysRefused,
+    /// RoCEv2 Congestion Notification Packets received (BTH opcode 0x81), dropped: rrxe
+    /// runs no congestion control, and a CNP is no bad header.
+    RxCnps,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::ReadReplaysRefused as usize + 1;
+pub const COUNT: usize = Stat::RxCnps as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -124,6 +127,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::CqOverflows,
     Stat::ReadReplays,
     Stat::ReadReplaysRefused,
+    Stat::RxCnps,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -163,6 +167,7 @@ pub const NAMES: [&str; COUNT] = [
     "cq_overflows\0",
     "read_replays\0",
     "read_replays_refused\0",
+    "rx_cnps\0",
 ];
 
 impl Stat {

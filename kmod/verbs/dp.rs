@@ -1121,7 +1121,9 @@ impl QpInner {
     /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
     /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
     /// the validation sticks unless the modify goes to RESET or ERR
-    /// ([`QpState::modify_applies`], decided under the QP lock). Returns the QP's state after.
+    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
+    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
         cfg: tp::Config,
@@ -1130,6 +1132,7 @@ impl QpInner {
         rq_psn: Option<u32>,
         state: Option<(QpState, bool)>,
         from: QpState,
+        retries: (bool, bool),
     ) -> QpState {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, 0, None);
@@ -1137,7 +1140,7 @@ impl QpInner {
                 let mut g = self.st.lock();
                 let d = &mut *g;
                 let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
-                d.eng.set_config(cfg);
+                d.eng.set_config(cfg, retries.0, retries.1);
                 if path.is_some() {
                     d.sh.path = path;
                 }
@@ -1700,7 +1703,7 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
     let pkt = match Packet::parse(bytes) {
         Ok(p) => p,
         Err(_) => {
-            fabric.stats.add(Stat::RxBadHeaders, 1);
+            fabric.stats.add(wire::unparsed_stat(bytes), 1);
             return;
         }
     };
@@ -2080,6 +2083,8 @@ impl Env for Ctx<'_, '_> {
             Event::CommEst => QpEvent::CommEst,
             Event::SqDrained => QpEvent::SqDrained,
             Event::LastWqeReached => QpEvent::LastWqeReached,
+            Event::QpReqErr => QpEvent::ReqErr,
+            Event::QpAccessErr => QpEvent::AccessErr,
         };
         self.qp.ev.event(e);
     }

@@ -136,6 +136,12 @@ pub enum Event {
     SqDrained,
     /// An SRQ-attached QP in ERR will consume no more receive WQEs.
     LastWqeReached,
+    /// The responder could not execute a request (NAK Invalid Request: a malformed or
+    /// unsupported request, a length error) and moved the QP to ERR (`IB_EVENT_QP_REQ_ERR`).
+    QpReqErr,
+    /// The responder met an access violation (NAK Remote Access Error: rkey, bounds or rights)
+    /// and moved the QP to ERR (`IB_EVENT_QP_ACCESS_ERR`).
+    QpAccessErr,
 }
 
 /// What a receive queue (RQ or SRQ) answered.
@@ -546,11 +552,17 @@ where
         &self.cfg
     }
 
-    /// Replaces the configuration (a committed modify_qp).
-    pub fn set_config(&mut self, cfg: Config) {
+    /// Replaces the configuration (a committed modify_qp). The retry counters in use start
+    /// over only when the modify set them (`retry_cnt`, `rnr_retry`): any other modify (an
+    /// SQD -> RTS, a new timeout) leaves a retransmission in progress with the retries it has.
+    pub fn set_config(&mut self, cfg: Config, retry_cnt_set: bool, rnr_retry_set: bool) {
         self.cfg = cfg;
-        self.req.rnr_left = cfg.rnr_retry;
-        self.req.retry_left = cfg.retry_cnt;
+        if rnr_retry_set {
+            self.req.rnr_left = cfg.rnr_retry;
+        }
+        if retry_cnt_set {
+            self.req.retry_left = cfg.retry_cnt;
+        }
     }
 
     /// The data-path state (can differ from the last modify: a fatal error moves to ERR).

@@ -5,7 +5,7 @@
 
 use super::{
     access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine,
-    Env, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN,
+    Env, Event, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -306,8 +306,16 @@ where
     M: DerefMut<Target = [SqEntry]>,
     R: DerefMut<Target = [Resource]>,
 {
+    /// Responder resources in use at most: `max_dest_rd_atomic` rounded up to a power of two
+    /// (0 stays 0), as rdma_rxe sizes its own (`rxe_qp_from_attr`), at most the resources
+    /// there are. A peer whose requester is rdma_rxe rounds its `max_rd_atomic` up the same
+    /// way: set to 3, it keeps 4 READs outstanding, and a responder with room for 3 would
+    /// refuse the fourth (NAK Invalid Request, the QP in ERR).
     fn capacity(&self) -> usize {
-        usize::from(self.cfg.max_dest_rd_atomic).min(self.resp.res.len())
+        match self.cfg.max_dest_rd_atomic {
+            0 => 0,
+            n => usize::from(n).next_power_of_two().min(self.resp.res.len()),
+        }
     }
 
     /// Whether responses or a NAK are still owed ([`Engine::run_responder`] sends them).
@@ -373,6 +381,15 @@ where
         }
         let a = Aeth::nak(self.resp.msn, code);
         self.send_ack(env, scratch, psn, a);
+        // The affiliated event of the error class (IBTA 11.6.3.1): a request the responder
+        // cannot execute, or an access violation; a local operational error is QP_FATAL.
+        if self.state != QpState::Err {
+            match fault {
+                Fault::Invalid => env.event(Event::QpReqErr),
+                Fault::Access => env.event(Event::QpAccessErr),
+                Fault::Operational => {}
+            }
+        }
         self.fatal(env, fault == Fault::Operational);
     }
 
@@ -650,6 +667,16 @@ where
                     self.stat(env, Stat::RxBadHeaders, 1);
                     return;
                 };
+                // A DMA length beyond 2^31 (C9-92): NAK Invalid Request.
+                if u64::from(reth.len) > MAX_MSG {
+                    self.stat(env, Stat::RxBadHeaders, 1);
+                    if rc {
+                        self.fail_invalid(env, scratch, psn);
+                    } else {
+                        self.uc_drop_msg(env, psn, end);
+                    }
+                    return;
+                }
                 let allowed = self.cfg.access & access::REMOTE_WRITE != 0 || reth.len == 0;
                 if !allowed
                     || env
@@ -672,7 +699,10 @@ where
                 Some(r) => wqe::scatter(env, &r, off, payload).map_err(|_| Fault::Operational),
                 None => Err(Fault::Operational),
             }
-        } else if off + payload.len() as u64 > self.resp.wr_len {
+        } else if off + payload.len() as u64 > self.resp.wr_len
+            || (end && off + payload.len() as u64 != self.resp.wr_len)
+        {
+            // C9-92: a WRITE's payload is its RETH's DMA length, no more and no less.
             Err(Fault::Invalid)
         } else if payload.is_empty() {
             Ok(())
@@ -732,7 +762,7 @@ where
                         c.byte_len = self.resp.msg_off as u32;
                     } else {
                         c.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
-                        c.byte_len = self.resp.wr_len as u32;
+                        c.byte_len = self.resp.msg_off as u32;
                     }
                     if let Some(imm) = pkt.immdt() {
                         c.imm_data = u32::from_ne_bytes(imm.imm.to_be_bytes());
@@ -821,6 +851,16 @@ where
             self.stat(env, Stat::RxBadHeaders, 1);
             return;
         };
+        // C9-94: a READ's DMA length is at most 2^31. And its responses must fit in half the
+        // PSN space (a READ of 2^23 packets or more, 2 GiB at a 256-byte MTU, would make its
+        // own first PSN look like a future one): NAK Invalid Request.
+        let too_many = Segmentation::new(reth.len, self.cfg.mtu)
+            .is_some_and(|s| s.count() >= crate::logic::psn::PSN_HALF);
+        if u64::from(reth.len) > MAX_MSG || too_many {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            self.fail_invalid(env, scratch, psn);
+            return;
+        }
         if reth.len != 0
             && (self.cfg.access & access::REMOTE_READ == 0
                 || env
