@@ -31,7 +31,7 @@ use crate::ib::{
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
     timer,
-    udp::{LazyUdp, TxPath},
+    udp::{LazyUdp, TxPath, XmitError},
     work,
 };
 use crate::logic::{
@@ -338,9 +338,15 @@ impl Fabric {
 
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
     /// refused or dropped it).
-    fn send(&self, path: &Path, sport: u16, pkt: &[u8], gauge: &Arc<Gauge<QpInner>>) -> bool {
+    fn send(
+        &self,
+        path: &Path,
+        sport: u16,
+        pkt: &[u8],
+        gauge: &Arc<Gauge<QpInner>>,
+    ) -> Result<(), XmitError> {
         let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
-            return false;
+            return Err(XmitError::Failed(EINVAL));
         };
         let tx = TxPath {
             sgid,
@@ -351,7 +357,7 @@ impl Fabric {
             hop_limit: path.hop_limit,
             flow_label: path.av.flow_label,
         };
-        self.udp.xmit(&tx, pkt, Some(gauge)).is_ok()
+        self.udp.xmit(&tx, pkt, Some(gauge))
     }
 }
 
@@ -2043,11 +2049,12 @@ impl Env for Ctx<'_, '_> {
                 Some(true) => sent = Emit::Congested,
                 Some(false) => {}
                 None => {
-                    // The device's loopback pool is lent out to other deliveries: pace.
+                    // The device's loopback pool is lent out to other deliveries: dropped here,
+                    // the engine sends it again when the pacing resumes it.
                     fab.stats.add(Stat::TxDrops, 1);
                     self.sh.congested = true;
                     self.sh.resume = true;
-                    return Emit::Congested;
+                    return Emit::Dropped;
                 }
             }
         }
@@ -2058,15 +2065,25 @@ impl Env for Ctx<'_, '_> {
             fab.stats.add(Stat::SentBytes, pkt.len() as u64);
             return sent;
         }
-        if fab.send(&path, sport, pkt, &self.qp.gauge) {
-            fab.stats.add(Stat::SentPkts, 1);
-            fab.stats.add(Stat::SentBytes, pkt.len() as u64);
-            sent
-        } else {
-            fab.stats.add(Stat::TxDrops, 1);
-            self.sh.congested = true;
-            self.sh.resume = true;
-            Emit::Congested
+        match fab.send(&path, sport, pkt, &self.qp.gauge) {
+            Ok(()) => {
+                fab.stats.add(Stat::SentPkts, 1);
+                fab.stats.add(Stat::SentBytes, pkt.len() as u64);
+                sent
+            }
+            Err(e) => {
+                fab.stats.add(Stat::TxDrops, 1);
+                self.sh.congested = true;
+                self.sh.resume = true;
+                match e {
+                    // NET_XMIT_DROP/CN or no skb: dropped before it left, sent again at the
+                    // next chance (the pacing timer's continuation).
+                    XmitError::Congested => Emit::Dropped,
+                    // It cannot be sent as addressed (no route, no socket): as loss on the
+                    // wire, which the retransmit timer and its retries settle.
+                    XmitError::Failed(_) => Emit::Congested,
+                }
+            }
         }
     }
 

@@ -173,9 +173,12 @@ pub trait Env {
     /// Performs an atomic on registered memory; returns the original value.
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
     /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
-    /// [`Emit::Congested`] says the packet was dropped or the path pushes back: the engine
-    /// stops sending in this call (the packet counts as lost, and the retransmit timer or the
-    /// shell's continuation resumes).
+    /// [`Emit::Congested`] says the path pushes back, or the packet may be lost: the engine
+    /// stops sending in this call (the packet counts as sent, and the retransmit timer or the
+    /// shell's continuation resumes). [`Emit::Dropped`] says this end dropped it before it
+    /// left: the engine stops too, and sends that very packet again at its next chance (the
+    /// shell's continuation), without waiting for a retransmit timeout (see
+    /// [`Emit::Dropped`]).
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
     /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
     /// `solicited`: the completion answers a request for solicited-only notification
@@ -261,8 +264,15 @@ pub struct Details {
 pub enum Emit {
     /// Handed to the wire (or queued for local delivery).
     Sent,
-    /// Dropped or pushed back (NET_XMIT_DROP/CN, no memory, a full local queue).
+    /// Pushed back (a full local queue: the packet is queued), or failed in a way that
+    /// counts as loss on the wire (the retransmit timer recovers it).
     Congested,
+    /// Dropped here, before it left (NET_XMIT_DROP/CN from the stack, no memory for the skb,
+    /// an empty loopback pool): transient, and no loss on the wire. The engine rewinds to it
+    /// and sends it again when the shell next runs it, as it would any unsent packet: waiting
+    /// for a retransmit timeout instead cost a timeout per drop, and with `timeout` 0 (no
+    /// timer) the WR never completed. A READ response or ACK dropped so is owed again.
+    Dropped,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).

@@ -326,6 +326,10 @@ where
                 self.stat(env, Stat::Retransmits, 1);
             }
             self.advance(env, idx, &e);
+            if emitted == Emit::Dropped {
+                self.resend_dropped(psn, polled);
+                break;
+            }
             if emitted == Emit::Congested {
                 break;
             }
@@ -334,6 +338,22 @@ where
         self.check_drained(env);
         self.settle(env);
         sent
+    }
+
+    /// The packet at `psn` just sent (and advanced past) was dropped by this end before it
+    /// left ([`Emit::Dropped`]): RC goes back to it, so that the next run sends it again, with
+    /// no retry spent and the window, a probe and an ACK poll as they were (it stays counted as
+    /// sent: should drops go on, the retransmit timer still runs and the retries still end in
+    /// RETRY_EXC_ERR). UC and UD completed the WR at its last packet: what they dropped is
+    /// lost, as on the wire.
+    fn resend_dropped(&mut self, psn: Psn, polled: bool) {
+        if self.cfg.qp_type != QpType::Rc {
+            return;
+        }
+        let probe = self.req.probe;
+        self.rewind(psn);
+        self.req.probe = probe;
+        self.req.poll = polled;
     }
 
     /// Runs a local operation (fast registration, local invalidation) of WR `idx`.

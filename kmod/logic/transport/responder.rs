@@ -410,13 +410,19 @@ where
         if self.state == QpState::Err || self.resp.owed() {
             return;
         }
+        // One dropped before it left ([`Emit::Dropped`]) is owed again: the shell's
+        // continuation sends it at its next chance.
         if let Some((p, a)) = self.resp.nak_pending.take() {
-            self.send_ack(env, scratch, p, a);
+            if self.send_ack(env, scratch, p, a) == Emit::Dropped {
+                self.resp.nak_pending = Some((p, a));
+            }
             return;
         }
         if let Some(p) = self.resp.ack_pending.take() {
             let a = Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED);
-            self.send_ack(env, scratch, p, a);
+            if self.send_ack(env, scratch, p, a) == Emit::Dropped {
+                self.resp.ack_pending = Some(p);
+            }
         }
     }
 
@@ -1070,7 +1076,7 @@ where
             // advances `i`, or fails the QP): no new search per packet.
             while sent < budget && self.state != QpState::Err && self.resp.res[i].pending() {
                 sent += 1;
-                if self.emit_response(env, scratch, i) == Emit::Congested {
+                if self.emit_response(env, scratch, i) != Emit::Sent {
                     break 'owed;
                 }
             }
@@ -1131,7 +1137,12 @@ where
             Ok(n) => {
                 self.counters.add(Stat::SentPkts, 1);
                 self.counters.add(Stat::SentBytes, n as u64);
-                env.emit(&scratch[..n], Dest::Connected)
+                let out = env.emit(&scratch[..n], Dest::Connected);
+                if out == Emit::Dropped {
+                    // Dropped before it left: owed again, from this packet.
+                    self.resp.res[i].next = r.next;
+                }
+                out
             }
             Err(_) => {
                 // The MR went away (or lost its rights) under the READ.

@@ -158,7 +158,12 @@ impl Env for Model {
         self.emits += 1;
         if self.congest > 0 {
             self.congest -= 1;
-            return Emit::Congested;
+            // Pushed back (the packet counts as lost), or dropped before it left.
+            return if self.congest.is_multiple_of(2) {
+                Emit::Congested
+            } else {
+                Emit::Dropped
+            };
         }
         self.side.emit(pkt, dest)
     }

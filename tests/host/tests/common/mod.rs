@@ -29,6 +29,9 @@ pub struct Mr {
     pub valid: bool,
 }
 
+/// Decides which packets a side's own stack drops ([`Side::drop_tx`]).
+pub type TxDropFn = Box<dyn FnMut(&[u8]) -> bool>;
+
 #[derive(Default)]
 pub struct Side {
     pub mrs: Vec<Mr>,
@@ -66,6 +69,11 @@ pub struct Side {
     pub sq_released: usize,
     /// What `Env::now_ms` answers: [`Pair::run`] moves it on by each timer that fires.
     pub now_ms: u64,
+    /// Packets this says to are dropped by the sender's own stack ([`Emit::Dropped`]: not
+    /// carried, and not recorded in `out`).
+    pub drop_tx: Option<TxDropFn>,
+    /// Packets dropped so by `drop_tx`.
+    pub tx_dropped: u32,
 }
 
 impl Side {
@@ -171,6 +179,10 @@ impl Env for Side {
         Ok(old)
     }
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
+        if self.drop_tx.as_mut().is_some_and(|f| f(pkt)) {
+            self.tx_dropped += 1;
+            return Emit::Dropped;
+        }
         self.out.push((pkt.to_vec(), dest));
         Emit::Sent
     }
