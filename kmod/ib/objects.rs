@@ -304,6 +304,10 @@ pub(crate) enum QpEvent {
     CommEst,
     SqDrained,
     LastWqeReached,
+    /// `IB_EVENT_QP_REQ_ERR`: the responder could not execute a request.
+    ReqErr,
+    /// `IB_EVENT_QP_ACCESS_ERR`: the responder met an access violation.
+    AccessErr,
 }
 
 /// Raises ib_core events on a QP. Invariants as for [`CqRef`], with `destroy_qp`.
@@ -328,6 +332,8 @@ impl QpRef {
             QpEvent::CommEst => b::ib_event_type_IB_EVENT_COMM_EST,
             QpEvent::SqDrained => b::ib_event_type_IB_EVENT_SQ_DRAINED,
             QpEvent::LastWqeReached => b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+            QpEvent::ReqErr => b::ib_event_type_IB_EVENT_QP_REQ_ERR,
+            QpEvent::AccessErr => b::ib_event_type_IB_EVENT_QP_ACCESS_ERR,
         };
         // SAFETY: the QP is alive (invariant); `event_handler`/`qp_context` were set by ib_core
         // before `create_qp`; `qp` is the union member read for QP events.

@@ -77,10 +77,19 @@ pub enum Stat {
     TxInflightWaits,
     /// Completions lost to a full CQ.
     CqOverflows,
+    /// Answers to a READ started again for a duplicate of it (a replay from its first or a
+    /// later packet, or a rewind of one in progress).
+    ReadReplays,
+    /// Duplicate READs refused (dropped) because their resource had spent its replays without
+    /// the requester getting any further (a captured or spoofed request sent again and again).
+    ReadReplaysRefused,
+    /// RoCEv2 Congestion Notification Packets received (BTH opcode 0x81), dropped: rrxe
+    /// runs no congestion control, and a CNP is no bad header.
+    RxCnps,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::CqOverflows as usize + 1;
+pub const COUNT: usize = Stat::RxCnps as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -116,6 +125,9 @@ pub const ALL: [Stat; COUNT] = [
     Stat::TxDrops,
     Stat::TxInflightWaits,
     Stat::CqOverflows,
+    Stat::ReadReplays,
+    Stat::ReadReplaysRefused,
+    Stat::RxCnps,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -153,6 +165,9 @@ pub const NAMES: [&str; COUNT] = [
     "tx_drops\0",
     "tx_inflight_waits\0",
     "cq_overflows\0",
+    "read_replays\0",
+    "read_replays_refused\0",
+    "rx_cnps\0",
 ];
 
 impl Stat {

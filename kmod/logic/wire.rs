@@ -15,6 +15,7 @@
 use super::icrc::ICRC_LEN;
 use super::opcode::{self, Ext, ExtHeaders, OpInfo, Position};
 use super::psn::Psn;
+use super::stats::Stat;
 
 pub use super::opcode::BTH_LEN;
 
@@ -1022,3 +1023,17 @@ impl Iterator for Segments {
 }
 
 impl ExactSizeIterator for Segments {}
+
+/// The BTH opcode of a RoCEv2 Congestion Notification Packet (IBTA Annex A17, 17.9.3).
+pub const CNP_OPCODE: u8 = 0x81;
+
+/// The counter a received packet that does not parse as a request or response goes to: a CNP
+/// (an ECN-marked path's notification, which rrxe does not act on) is counted as such and
+/// dropped quietly; anything else is a bad header.
+pub fn unparsed_stat(bytes: &[u8]) -> Stat {
+    if bytes.first() == Some(&CNP_OPCODE) {
+        Stat::RxCnps
+    } else {
+        Stat::RxBadHeaders
+    }
+}

@@ -31,7 +31,7 @@ use crate::ib::{
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
     ring::SharedRing,
     timer,
-    udp::{LazyUdp, TxPath},
+    udp::{LazyUdp, TxPath, XmitError},
     work,
 };
 use crate::logic::{
@@ -338,9 +338,15 @@ impl Fabric {
 
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
     /// refused or dropped it).
-    fn send(&self, path: &Path, sport: u16, pkt: &[u8], gauge: &Arc<Gauge<QpInner>>) -> bool {
+    fn send(
+        &self,
+        path: &Path,
+        sport: u16,
+        pkt: &[u8],
+        gauge: &Arc<Gauge<QpInner>>,
+    ) -> Result<(), XmitError> {
         let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
-            return false;
+            return Err(XmitError::Failed(EINVAL));
         };
         let tx = TxPath {
             sgid,
@@ -351,7 +357,7 @@ impl Fabric {
             hop_limit: path.hop_limit,
             flow_label: path.av.flow_label,
         };
-        self.udp.xmit(&tx, pkt, Some(gauge)).is_ok()
+        self.udp.xmit(&tx, pkt, Some(gauge))
     }
 }
 
@@ -1121,7 +1127,9 @@ impl QpInner {
     /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
     /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
     /// the validation sticks unless the modify goes to RESET or ERR
-    /// ([`QpState::modify_applies`], decided under the QP lock). Returns the QP's state after.
+    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
+    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
         cfg: tp::Config,
@@ -1130,6 +1138,7 @@ impl QpInner {
         rq_psn: Option<u32>,
         state: Option<(QpState, bool)>,
         from: QpState,
+        retries: (bool, bool),
     ) -> QpState {
         with_bh_disabled(|| {
             let mut out = Outbox::new(&self.fabric, 0, None);
@@ -1137,7 +1146,7 @@ impl QpInner {
                 let mut g = self.st.lock();
                 let d = &mut *g;
                 let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
-                d.eng.set_config(cfg);
+                d.eng.set_config(cfg, retries.0, retries.1);
                 if path.is_some() {
                     d.sh.path = path;
                 }
@@ -1700,7 +1709,7 @@ fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>)
     let pkt = match Packet::parse(bytes) {
         Ok(p) => p,
         Err(_) => {
-            fabric.stats.add(Stat::RxBadHeaders, 1);
+            fabric.stats.add(wire::unparsed_stat(bytes), 1);
             return;
         }
     };
@@ -2040,11 +2049,12 @@ impl Env for Ctx<'_, '_> {
                 Some(true) => sent = Emit::Congested,
                 Some(false) => {}
                 None => {
-                    // The device's loopback pool is lent out to other deliveries: pace.
+                    // The device's loopback pool is lent out to other deliveries: dropped here,
+                    // the engine sends it again when the pacing resumes it.
                     fab.stats.add(Stat::TxDrops, 1);
                     self.sh.congested = true;
                     self.sh.resume = true;
-                    return Emit::Congested;
+                    return Emit::Dropped;
                 }
             }
         }
@@ -2055,15 +2065,25 @@ impl Env for Ctx<'_, '_> {
             fab.stats.add(Stat::SentBytes, pkt.len() as u64);
             return sent;
         }
-        if fab.send(&path, sport, pkt, &self.qp.gauge) {
-            fab.stats.add(Stat::SentPkts, 1);
-            fab.stats.add(Stat::SentBytes, pkt.len() as u64);
-            sent
-        } else {
-            fab.stats.add(Stat::TxDrops, 1);
-            self.sh.congested = true;
-            self.sh.resume = true;
-            Emit::Congested
+        match fab.send(&path, sport, pkt, &self.qp.gauge) {
+            Ok(()) => {
+                fab.stats.add(Stat::SentPkts, 1);
+                fab.stats.add(Stat::SentBytes, pkt.len() as u64);
+                sent
+            }
+            Err(e) => {
+                fab.stats.add(Stat::TxDrops, 1);
+                self.sh.congested = true;
+                self.sh.resume = true;
+                match e {
+                    // NET_XMIT_DROP/CN or no skb: dropped before it left, sent again at the
+                    // next chance (the pacing timer's continuation).
+                    XmitError::Congested => Emit::Dropped,
+                    // It cannot be sent as addressed (no route, no socket): as loss on the
+                    // wire, which the retransmit timer and its retries settle.
+                    XmitError::Failed(_) => Emit::Congested,
+                }
+            }
         }
     }
 
@@ -2080,6 +2100,8 @@ impl Env for Ctx<'_, '_> {
             Event::CommEst => QpEvent::CommEst,
             Event::SqDrained => QpEvent::SqDrained,
             Event::LastWqeReached => QpEvent::LastWqeReached,
+            Event::QpReqErr => QpEvent::ReqErr,
+            Event::QpAccessErr => QpEvent::AccessErr,
         };
         self.qp.ev.event(e);
     }
@@ -2146,6 +2168,13 @@ impl Env for Ctx<'_, '_> {
     /// this QP's: a conservative answer, and the engine waits a bounded number of times.
     fn in_transit(&mut self) -> bool {
         self.qp.fabric.pool.lock().lent() > self.out.len
+    }
+
+    /// `jiffies` in milliseconds (the clock of the READ replay budget).
+    fn now_ms(&mut self) -> u64 {
+        let hz = timer::usecs_to_jiffies(1_000_000).max(1);
+        let j = timer::now();
+        (j / hz) * 1000 + (j % hz) * 1000 / hz
     }
 }
 

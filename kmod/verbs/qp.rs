@@ -398,6 +398,7 @@ pub(super) fn modify(
             Some(0),
             Some((QpState::Reset, false)),
             from,
+            (true, true),
         );
         return Ok(());
     }
@@ -458,6 +459,7 @@ pub(super) fn modify(
         v.rq_psn.map(|p| p.get()),
         state_change,
         from,
+        (v.retry_cnt.is_some(), v.rnr_retry.is_some()),
     );
     Ok(())
 }

@@ -27,6 +27,9 @@ mod responder;
 mod wqe;
 
 pub use self::responder::Resource;
+// The replay budget's refill period: for the host tests (the shell only supplies the clock).
+#[allow(unused_imports)]
+pub use self::responder::READ_REPLAY_REFILL_MS;
 pub use self::wqe::{decode_send_wqe, RecvWr};
 // The kernel-consumer encoders: used by the verbs shell (rrxe.ko), not by rrxe_selftest.ko.
 #[allow(unused_imports)]
@@ -136,6 +139,12 @@ pub enum Event {
     SqDrained,
     /// An SRQ-attached QP in ERR will consume no more receive WQEs.
     LastWqeReached,
+    /// The responder could not execute a request (NAK Invalid Request: a malformed or
+    /// unsupported request, a length error) and moved the QP to ERR (`IB_EVENT_QP_REQ_ERR`).
+    QpReqErr,
+    /// The responder met an access violation (NAK Remote Access Error: rkey, bounds or rights)
+    /// and moved the QP to ERR (`IB_EVENT_QP_ACCESS_ERR`).
+    QpAccessErr,
 }
 
 /// What a receive queue (RQ or SRQ) answered.
@@ -167,9 +176,12 @@ pub trait Env {
     /// Performs an atomic on registered memory; returns the original value.
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
     /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
-    /// [`Emit::Congested`] says the packet was dropped or the path pushes back: the engine
-    /// stops sending in this call (the packet counts as lost, and the retransmit timer or the
-    /// shell's continuation resumes).
+    /// [`Emit::Congested`] says the path pushes back, or the packet may be lost: the engine
+    /// stops sending in this call (the packet counts as sent, and the retransmit timer or the
+    /// shell's continuation resumes). [`Emit::Dropped`] says this end dropped it before it
+    /// left: the engine stops too, and sends that very packet again at its next chance (the
+    /// shell's continuation), without waiting for a retransmit timeout (see
+    /// [`Emit::Dropped`]).
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
     /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
     /// `solicited`: the completion answers a request for solicited-only notification
@@ -196,6 +208,12 @@ pub trait Env {
     /// ([`Engine::retry_timer_expired`]). A shell that cannot tell says `false`.
     fn in_transit(&mut self) -> bool {
         false
+    }
+    /// A clock in milliseconds (any origin; it may wrap), for what the engine bounds over time
+    /// (replays of a READ, [`responder::READ_REPLAY_REFILL_MS`]). A shell without one answers
+    /// 0: those bounds then hold per count only.
+    fn now_ms(&mut self) -> u64 {
+        0
     }
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
     /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
@@ -249,8 +267,15 @@ pub struct Details {
 pub enum Emit {
     /// Handed to the wire (or queued for local delivery).
     Sent,
-    /// Dropped or pushed back (NET_XMIT_DROP/CN, no memory, a full local queue).
+    /// Pushed back (a full local queue: the packet is queued), or failed in a way that
+    /// counts as loss on the wire (the retransmit timer recovers it).
     Congested,
+    /// Dropped here, before it left (NET_XMIT_DROP/CN from the stack, no memory for the skb,
+    /// an empty loopback pool): transient, and no loss on the wire. The engine rewinds to it
+    /// and sends it again when the shell next runs it, as it would any unsent packet: waiting
+    /// for a retransmit timeout instead cost a timeout per drop, and with `timeout` 0 (no
+    /// timer) the WR never completed. A READ response or ACK dropped so is owed again.
+    Dropped,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -540,11 +565,17 @@ where
         &self.cfg
     }
 
-    /// Replaces the configuration (a committed modify_qp).
-    pub fn set_config(&mut self, cfg: Config) {
+    /// Replaces the configuration (a committed modify_qp). The retry counters in use start
+    /// over only when the modify set them (`retry_cnt`, `rnr_retry`): any other modify (an
+    /// SQD -> RTS, a new timeout) leaves a retransmission in progress with the retries it has.
+    pub fn set_config(&mut self, cfg: Config, retry_cnt_set: bool, rnr_retry_set: bool) {
         self.cfg = cfg;
-        self.req.rnr_left = cfg.rnr_retry;
-        self.req.retry_left = cfg.retry_cnt;
+        if rnr_retry_set {
+            self.req.rnr_left = cfg.rnr_retry;
+        }
+        if retry_cnt_set {
+            self.req.retry_left = cfg.retry_cnt;
+        }
     }
 
     /// The data-path state (can differ from the last modify: a fatal error moves to ERR).

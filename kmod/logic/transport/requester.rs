@@ -8,7 +8,7 @@ use super::{
 };
 use crate::logic::{
     opcode::{Position, Transport},
-    psn::Psn,
+    psn::{Psn, PSN_HALF},
     qp_state::{QpState, QpType},
     wire::{AtomicEth, Bth, Deth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
 };
@@ -183,6 +183,11 @@ fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: boo
     t.base() | rc
 }
 
+/// A READ whose responses fit in less than half the PSN space at the path MTU.
+fn read_fits(e: &SqEntry, cfg: &Config) -> bool {
+    Segmentation::new(e.len, cfg.mtu).is_none_or(|s| s.count() < PSN_HALF)
+}
+
 /// Why the requester cannot start the WR at `next` now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Gate {
@@ -229,8 +234,19 @@ where
         if e.fence && self.req.rd_atomic > 0 {
             return Gate::Fence;
         }
-        if e.kind.is_rd_atomic() && self.req.rd_atomic >= u32::from(self.cfg.max_rd_atomic.max(1)) {
+        // `max_rd_atomic` 0: the QP initiates no READ or atomic (rdma_rxe's requester waits
+        // the same way until a modify raises it).
+        if e.kind.is_rd_atomic() && self.req.rd_atomic >= u32::from(self.cfg.max_rd_atomic) {
             return Gate::RdAtomic;
+        }
+        // The PSNs outstanding stay within half the PSN space (beyond it a PSN cannot be told
+        // old from new): a READ takes one per response packet, so a long one waits for the
+        // acknowledgements before it (one that cannot fit at all fails, `run_requester`).
+        if e.kind == WrKind::Read {
+            let pkts = Segmentation::new(e.len, self.cfg.mtu).map_or(1, |s| s.count());
+            if pkts < PSN_HALF && self.req.psn.distance_from(self.req.acked) + pkts >= PSN_HALF {
+                return Gate::Window;
+            }
         }
         Gate::Open
     }
@@ -267,6 +283,17 @@ where
                 continue;
             }
             if self.req.cur_pkt == 0 && !e.started {
+                if self.cfg.qp_type == QpType::Rc
+                    && e.kind == WrKind::Read
+                    && !read_fits(&e, &self.cfg)
+                {
+                    // Its responses would take half the PSN space or more (2 GiB at a 256-byte
+                    // MTU): it cannot be sent (the responder would NAK it, C9-94).
+                    self.sq.entry_mut(idx).err = Some(wc_status::LOC_LEN_ERR);
+                    self.fatal(env, true);
+                    self.settle(env);
+                    return sent;
+                }
                 let npkts = match e.kind {
                     WrKind::Send | WrKind::Write | WrKind::Read => {
                         Segmentation::new(e.len, self.cfg.mtu).map_or(1, |s| s.count())
@@ -299,6 +326,10 @@ where
                 self.stat(env, Stat::Retransmits, 1);
             }
             self.advance(env, idx, &e);
+            if emitted == Emit::Dropped {
+                self.resend_dropped(psn, polled);
+                break;
+            }
             if emitted == Emit::Congested {
                 break;
             }
@@ -307,6 +338,22 @@ where
         self.check_drained(env);
         self.settle(env);
         sent
+    }
+
+    /// The packet at `psn` just sent (and advanced past) was dropped by this end before it
+    /// left ([`Emit::Dropped`]): RC goes back to it, so that the next run sends it again, with
+    /// no retry spent and the window, a probe and an ACK poll as they were (it stays counted as
+    /// sent: should drops go on, the retransmit timer still runs and the retries still end in
+    /// RETRY_EXC_ERR). UC and UD completed the WR at its last packet: what they dropped is
+    /// lost, as on the wire.
+    fn resend_dropped(&mut self, psn: Psn, polled: bool) {
+        if self.cfg.qp_type != QpType::Rc {
+            return;
+        }
+        let probe = self.req.probe;
+        self.rewind(psn);
+        self.req.probe = probe;
+        self.req.poll = polled;
     }
 
     /// Runs a local operation (fast registration, local invalidation) of WR `idx`.
@@ -412,7 +459,12 @@ where
         }
         let mut h = Headers::new(Bth {
             opcode: opc,
-            se: end && w.send_flags & super::send_flags::SOLICITED != 0,
+            // The Solicited Event bit asks for the receiver's event: only on the last packet of
+            // a message that consumes a receive WQE (SEND, WRITE with immediate; IBTA 9.2.3),
+            // never on a READ, an atomic or a plain WRITE.
+            se: end
+                && w.send_flags & super::send_flags::SOLICITED != 0
+                && (e.kind == WrKind::Send || (e.kind == WrKind::Write && e.imm)),
             pkey: BTH_DEF_PKEY,
             dest_qp,
             ack_req,

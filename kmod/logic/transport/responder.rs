@@ -5,7 +5,7 @@
 
 use super::{
     access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine,
-    Env, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN,
+    Env, Event, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -50,7 +50,41 @@ pub struct Resource {
     /// missing packet, starting again with READ_RESPONSE_FIRST (as a requester expects after
     /// it re-issued the READ).
     first: u32,
+    /// READ: replays a duplicate may still start before the requester shows it got further
+    /// or time gives one back (see `READ_REPLAYS`).
+    replays_left: u8,
+    /// READ: when `replays_left` was last topped up by time ([`Env::now_ms`]).
+    refilled_ms: u64,
+    /// READ: the furthest packet a duplicate asked to be answered from. It never moves back,
+    /// so only a duplicate past it is progress (two captured requests sent in turn are not).
+    high: u32,
+    /// A duplicate (re)started its answer: the answer still owed is a replay, which a new
+    /// request may cut short (see `Engine::res_slot`).
+    replayed: bool,
 }
+
+/// Replays of a READ that duplicates may start while the requester gets no further: one more
+/// than a requester's retries (`retry_cnt` is at most 7) with nothing received in between. A
+/// duplicate READ asking from a packet past every earlier one (the requester received more)
+/// gives them back, and time gives one back every [`READ_REPLAY_REFILL_MS`]. Beyond them a
+/// duplicate is dropped: a captured or spoofed request sent again and again must not make us
+/// resend a READ of up to 2 GiB each time.
+///
+/// What is charged is a requester's *asking again*, not each READ it sends again: go-back-N
+/// sends every READ after the one it goes back to again, in PSN order, and the READs that
+/// continue such a sweep (each duplicate starting at the PSN after the previous one) are not
+/// charged; the first READ of the sweep pays for it. (Charging every READ of every sweep spent
+/// the budget of a young READ that waited behind older ones through eight go-backs under
+/// reordering, and its answer, which the requester had dropped while an older READ was
+/// missing, was then refused for good: the requester waited out all its retries, a hang at
+/// `timeout` 18 and above.)
+pub(super) const READ_REPLAYS: u8 = 8;
+
+/// Time after which a READ's replays get one more back (see [`READ_REPLAYS`]): a requester
+/// whose retransmit timeout is at least this long is never refused a replay it asks for after
+/// its timeout, however often its answer was lost; over time a captured request gets at most
+/// one replay per this period per resource.
+pub const READ_REPLAY_REFILL_MS: u64 = 8;
 
 impl Resource {
     fn pending(&self) -> bool {
@@ -101,6 +135,11 @@ pub(super) struct Responder<R> {
     reack_left: u8,
     /// The PSN they acknowledge (the answer to the last duplicate).
     reack_psn: Psn,
+    /// The PSN right after the last duplicate request (after the whole range of a READ), and
+    /// whether a READ of that go-back-N sweep was charged a replay already: a duplicate READ
+    /// there continues the sweep and is not charged again (see [`READ_REPLAYS`]). `None` after
+    /// an in-order request or a refused duplicate.
+    sweep_next: Option<(Psn, bool)>,
 }
 
 /// Re-acknowledgements after a retransmission episode, at most.
@@ -139,6 +178,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             comm_est_sent: false,
             reack_left: 0,
             reack_psn: Psn::ZERO,
+            sweep_next: None,
         };
         r.reset();
         r
@@ -160,6 +200,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.evicted = None;
         self.comm_est_sent = false;
         self.reack_left = 0;
+        self.sweep_next = None;
     }
 
     /// Entering ERR: nothing more is sent. Returns whether re-acknowledgements were pending
@@ -211,12 +252,23 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         }
     }
 
-    /// The recorded resource whose PSN range holds `psn`.
-    fn find(&self, psn: Psn) -> Option<usize> {
-        (0..self.res_len).map(|k| self.at(k)).find(|&i| {
+    /// The recorded resource whose PSN range holds `psn`: its place from the oldest (`k`) and
+    /// its ring index.
+    fn find(&self, psn: Psn) -> Option<(usize, usize)> {
+        (0..self.res_len).map(|k| (k, self.at(k))).find(|&(_, i)| {
             let r = &self.res[i];
             r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1))
         })
+    }
+
+    /// The requester got further in the `k`-th oldest resource: the READs from it on get their
+    /// replays back. The younger ones too: go-back-N sends every READ after the one it goes
+    /// back to again, and they get no further while the requester works through an older one.
+    fn refill_replays(&mut self, k: usize) {
+        for k in k..self.res_len {
+            let i = self.at(k);
+            self.res[i].replays_left = READ_REPLAYS;
+        }
     }
 }
 
@@ -254,8 +306,16 @@ where
     M: DerefMut<Target = [SqEntry]>,
     R: DerefMut<Target = [Resource]>,
 {
+    /// Responder resources in use at most: `max_dest_rd_atomic` rounded up to a power of two
+    /// (0 stays 0), as rdma_rxe sizes its own (`rxe_qp_from_attr`), at most the resources
+    /// there are. A peer whose requester is rdma_rxe rounds its `max_rd_atomic` up the same
+    /// way: set to 3, it keeps 4 READs outstanding, and a responder with room for 3 would
+    /// refuse the fourth (NAK Invalid Request, the QP in ERR).
     fn capacity(&self) -> usize {
-        usize::from(self.cfg.max_dest_rd_atomic).min(self.resp.res.len())
+        match self.cfg.max_dest_rd_atomic {
+            0 => 0,
+            n => usize::from(n).next_power_of_two().min(self.resp.res.len()),
+        }
     }
 
     /// Whether responses or a NAK are still owed ([`Engine::run_responder`] sends them).
@@ -321,6 +381,15 @@ where
         }
         let a = Aeth::nak(self.resp.msn, code);
         self.send_ack(env, scratch, psn, a);
+        // The affiliated event of the error class (IBTA 11.6.3.1): a request the responder
+        // cannot execute, or an access violation; a local operational error is QP_FATAL.
+        if self.state != QpState::Err {
+            match fault {
+                Fault::Invalid => env.event(Event::QpReqErr),
+                Fault::Access => env.event(Event::QpAccessErr),
+                Fault::Operational => {}
+            }
+        }
         self.fatal(env, fault == Fault::Operational);
     }
 
@@ -341,13 +410,19 @@ where
         if self.state == QpState::Err || self.resp.owed() {
             return;
         }
+        // One dropped before it left ([`Emit::Dropped`]) is owed again: the shell's
+        // continuation sends it at its next chance.
         if let Some((p, a)) = self.resp.nak_pending.take() {
-            self.send_ack(env, scratch, p, a);
+            if self.send_ack(env, scratch, p, a) == Emit::Dropped {
+                self.resp.nak_pending = Some((p, a));
+            }
             return;
         }
         if let Some(p) = self.resp.ack_pending.take() {
             let a = Aeth::ack(self.resp.msn, AETH_ACK_UNLIMITED);
-            self.send_ack(env, scratch, p, a);
+            if self.send_ack(env, scratch, p, a) == Emit::Dropped {
+                self.resp.ack_pending = Some(p);
+            }
         }
     }
 
@@ -469,6 +544,7 @@ where
         match self.classify(psn, info.position.is_start()) {
             Arrival::InOrder => {
                 self.resp.nak_sent = false;
+                self.resp.sweep_next = None;
                 if self.resp.reack_left > 0 {
                     // The requester moved on: its retransmission reached us and was answered.
                     self.resp.reack_left = 0;
@@ -597,6 +673,16 @@ where
                     self.stat(env, Stat::RxBadHeaders, 1);
                     return;
                 };
+                // A DMA length beyond 2^31 (C9-92): NAK Invalid Request.
+                if u64::from(reth.len) > MAX_MSG {
+                    self.stat(env, Stat::RxBadHeaders, 1);
+                    if rc {
+                        self.fail_invalid(env, scratch, psn);
+                    } else {
+                        self.uc_drop_msg(env, psn, end);
+                    }
+                    return;
+                }
                 let allowed = self.cfg.access & access::REMOTE_WRITE != 0 || reth.len == 0;
                 if !allowed
                     || env
@@ -619,7 +705,10 @@ where
                 Some(r) => wqe::scatter(env, &r, off, payload).map_err(|_| Fault::Operational),
                 None => Err(Fault::Operational),
             }
-        } else if off + payload.len() as u64 > self.resp.wr_len {
+        } else if off + payload.len() as u64 > self.resp.wr_len
+            || (end && off + payload.len() as u64 != self.resp.wr_len)
+        {
+            // C9-92: a WRITE's payload is its RETH's DMA length, no more and no less.
             Err(Fault::Invalid)
         } else if payload.is_empty() {
             Ok(())
@@ -679,7 +768,7 @@ where
                         c.byte_len = self.resp.msg_off as u32;
                     } else {
                         c.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
-                        c.byte_len = self.resp.wr_len as u32;
+                        c.byte_len = self.resp.msg_off as u32;
                     }
                     if let Some(imm) = pkt.immdt() {
                         c.imm_data = u32::from_ne_bytes(imm.imm.to_be_bytes());
@@ -734,9 +823,12 @@ where
         }
     }
 
-    /// Makes room for a new resource: evicts the oldest when all `capacity` are in use. A
-    /// peer that has more outstanding than `max_dest_rd_atomic` (the oldest still owes
-    /// responses) gets no room.
+    /// Makes room for a new (in-sequence) READ or atomic: evicts the oldest resource when all
+    /// `capacity` are in use. A requester keeps at most `max_dest_rd_atomic` outstanding, so a
+    /// new one proves it is done with the oldest (its PSN is past that one's range): a replay
+    /// of it still under way (a duplicate of a READ whose original answer was only late) is
+    /// cut short, as rdma_rxe reuses its oldest resource. Only a peer that has more outstanding
+    /// than `max_dest_rd_atomic` (the oldest still owes its first answer) gets no room.
     fn res_slot(&mut self) -> Option<usize> {
         let cap = self.capacity();
         if cap == 0 {
@@ -745,11 +837,11 @@ where
         // A lowered max_dest_rd_atomic (RESET to a new connection) shrinks the window.
         while self.resp.res_len >= cap {
             let oldest = self.resp.res_head;
-            if self.resp.res[oldest].pending() {
+            let o = &self.resp.res[oldest];
+            if o.pending() && !o.replayed {
                 return None;
             }
-            let r = &self.resp.res[oldest];
-            self.resp.evicted = Some(r.psn.wrapping_add(r.count.max(1) - 1));
+            self.resp.evicted = Some(o.psn.wrapping_add(o.count.max(1) - 1));
             self.resp.res[oldest] = Resource::default();
             self.resp.res_head = self.resp.at(1);
             self.resp.res_len -= 1;
@@ -765,6 +857,16 @@ where
             self.stat(env, Stat::RxBadHeaders, 1);
             return;
         };
+        // C9-94: a READ's DMA length is at most 2^31. And its responses must fit in half the
+        // PSN space (a READ of 2^23 packets or more, 2 GiB at a 256-byte MTU, would make its
+        // own first PSN look like a future one): NAK Invalid Request.
+        let too_many = Segmentation::new(reth.len, self.cfg.mtu)
+            .is_some_and(|s| s.count() >= crate::logic::psn::PSN_HALF);
+        if u64::from(reth.len) > MAX_MSG || too_many {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            self.fail_invalid(env, scratch, psn);
+            return;
+        }
         if reth.len != 0
             && (self.cfg.access & access::REMOTE_READ == 0
                 || env
@@ -794,6 +896,10 @@ where
             msn: self.resp.msn,
             next: 0,
             first: 0,
+            replays_left: READ_REPLAYS,
+            refilled_ms: env.now_ms(),
+            high: 0,
+            replayed: false,
         };
     }
 
@@ -849,20 +955,31 @@ where
             msn: self.resp.msn,
             next: 0,
             first: 0,
+            replays_left: 0,
+            refilled_ms: 0,
+            high: 0,
+            replayed: false,
         };
     }
 
     /// A request below the expected PSN (its answer was lost, or the packet was duplicated).
     fn rx_duplicate<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>) {
         let psn = pkt.bth().psn;
+        // Whether it continues a go-back-N sweep (the previous duplicate ended right before it)
+        // whose first READ paid for it.
+        let paid = match self.resp.sweep_next {
+            Some((p, paid)) if p == psn => paid,
+            _ => false,
+        };
+        self.resp.sweep_next = Some((psn.next(), paid));
         match pkt.info().op {
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
                 let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
-                let Some(i) = self.resp.find(psn) else {
+                let Some((k, i)) = self.resp.find(psn) else {
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 };
-                let r = &mut self.resp.res[i];
+                let r = &self.resp.res[i];
                 let read = pkt.info().op == Operation::RdmaReadRequest;
                 // Only what was recorded is answered again, and only to a request that names it.
                 if rkey != Some(r.rkey)
@@ -872,11 +989,27 @@ where
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 }
+                self.resp.sweep_next = Some((r.psn.wrapping_add(r.count.max(1)), paid));
                 let from = psn.distance_from(r.psn);
-                if r.next >= r.count || from < r.next {
-                    r.next = from;
-                    r.first = from;
+                if r.next < r.count && from >= r.next {
+                    // The answer under way reaches it: nothing to start.
+                    return;
                 }
+                if read {
+                    if !self.charge_replay(env, k, i, from, paid) {
+                        self.resp.sweep_next = None;
+                        self.stat(env, Stat::ReadReplaysRefused, 1);
+                        return;
+                    }
+                    if let Some((_, p)) = self.resp.sweep_next.as_mut() {
+                        *p = true;
+                    }
+                    self.stat(env, Stat::ReadReplays, 1);
+                }
+                let r = &mut self.resp.res[i];
+                r.next = from;
+                r.first = from;
+                r.replayed = true;
             }
             _ => {
                 // Re-acknowledge everything received so far, short of a READ or atomic.
@@ -891,6 +1024,41 @@ where
                 }
             }
         }
+    }
+
+    /// Whether a duplicate of the READ in resource `i` (the `k`-th oldest), asking from its
+    /// packet `from`, may start a replay; charges it to the budget ([`READ_REPLAYS`]).
+    /// `paid`: it continues a go-back-N sweep whose first READ paid already.
+    fn charge_replay<E: Env>(
+        &mut self,
+        env: &mut E,
+        k: usize,
+        i: usize,
+        from: u32,
+        paid: bool,
+    ) -> bool {
+        // Asking from further on than any duplicate before: the requester got further.
+        if from > self.resp.res[i].high {
+            self.resp.res[i].high = from;
+            self.resp.refill_replays(k);
+        }
+        let now = env.now_ms();
+        let r = &mut self.resp.res[i];
+        // Time gives replays back, one per READ_REPLAY_REFILL_MS.
+        let back = now.wrapping_sub(r.refilled_ms) / READ_REPLAY_REFILL_MS;
+        if back > 0 {
+            let left = u64::from(r.replays_left) + back;
+            r.replays_left = left.min(u64::from(READ_REPLAYS)) as u8;
+            r.refilled_ms = now;
+        }
+        if paid {
+            return true;
+        }
+        if r.replays_left == 0 {
+            return false;
+        }
+        r.replays_left -= 1;
+        true
     }
 
     /// Sends up to `budget` owed response packets, oldest first, then the NAK or coalesced
@@ -908,7 +1076,7 @@ where
             // advances `i`, or fails the QP): no new search per packet.
             while sent < budget && self.state != QpState::Err && self.resp.res[i].pending() {
                 sent += 1;
-                if self.emit_response(env, scratch, i) == Emit::Congested {
+                if self.emit_response(env, scratch, i) != Emit::Sent {
                     break 'owed;
                 }
             }
@@ -969,7 +1137,12 @@ where
             Ok(n) => {
                 self.counters.add(Stat::SentPkts, 1);
                 self.counters.add(Stat::SentBytes, n as u64);
-                env.emit(&scratch[..n], Dest::Connected)
+                let out = env.emit(&scratch[..n], Dest::Connected);
+                if out == Emit::Dropped {
+                    // Dropped before it left: owed again, from this packet.
+                    self.resp.res[i].next = r.next;
+                }
+                out
             }
             Err(_) => {
                 // The MR went away (or lost its rights) under the READ.

@@ -2034,6 +2034,8 @@ fn receive_completions_carry_the_solicited_event_bit() {
 /// A with one 16-packet READ from B sent, B's 16 responses (drained) returned.
 fn read_answered(timeout: u8) -> (Pair, Vec<Vec<u8>>) {
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = timeout);
+    // B answers the READ in full at once.
+    p.resp_burst = READ_BURST;
     let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 16 * 1024);
     p.post_send(w, &[sge], &[]);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 64);

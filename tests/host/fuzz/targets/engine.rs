@@ -158,7 +158,12 @@ impl Env for Model {
         self.emits += 1;
         if self.congest > 0 {
             self.congest -= 1;
-            return Emit::Congested;
+            // Pushed back (the packet counts as lost), or dropped before it left.
+            return if self.congest.is_multiple_of(2) {
+                Emit::Congested
+            } else {
+                Emit::Dropped
+            };
         }
         self.side.emit(pkt, dest)
     }
@@ -505,6 +510,9 @@ impl World {
                     )
                 }
                 Event::CommEst => assert_eq!(before, QpState::Rtr, "COMM_EST outside RTR"),
+                Event::QpReqErr | Event::QpAccessErr => {
+                    assert_eq!(e.state(), QpState::Err, "{ev:?} outside ERR")
+                }
             }
         }
         if self.trace {
@@ -902,7 +910,7 @@ impl World {
             }
         }
         self.call(i, 0, "modify", |e, m, _| {
-            e.set_config(cfg);
+            e.set_config(cfg, v.retry_cnt.is_some(), v.rnr_retry.is_some());
             if QpState::modify_applies(from, e.state(), next) {
                 e.set_state(m, next, notify);
             }
@@ -1119,12 +1127,14 @@ impl World {
             }
         }
         // Nothing moves and no timer is armed: a QP in RTS has no send WR left waiting, unless
-        // it is RC without a retransmit timer (timeout 0), where a lost packet strands its WR.
+        // it is RC without a retransmit timer (timeout 0), where a lost packet strands its WR,
+        // or RC with `max_rd_atomic` 0, where a READ or atomic waits for a modify to raise it.
         for i in 0..2 {
             let (e, m) = (&self.e[i], &self.m[i]);
             if quiet
                 && e.state() == QpState::Rts
-                && (self.caps.t != QpType::Rc || e.config().timeout != 0)
+                && (self.caps.t != QpType::Rc
+                    || (e.config().timeout != 0 && e.config().max_rd_atomic != 0))
             {
                 let d = e.details();
                 assert_eq!(

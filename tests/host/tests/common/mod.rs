@@ -29,6 +29,9 @@ pub struct Mr {
     pub valid: bool,
 }
 
+/// Decides which packets a side's own stack drops ([`Side::drop_tx`]).
+pub type TxDropFn = Box<dyn FnMut(&[u8]) -> bool>;
+
 #[derive(Default)]
 pub struct Side {
     pub mrs: Vec<Mr>,
@@ -64,6 +67,13 @@ pub struct Side {
     /// (`Env::sq_retired`): every send completion must come after its WR's release.
     pub sq_log: Vec<u64>,
     pub sq_released: usize,
+    /// What `Env::now_ms` answers: [`Pair::run`] moves it on by each timer that fires.
+    pub now_ms: u64,
+    /// Packets this says to are dropped by the sender's own stack ([`Emit::Dropped`]: not
+    /// carried, and not recorded in `out`).
+    pub drop_tx: Option<TxDropFn>,
+    /// Packets dropped so by `drop_tx`.
+    pub tx_dropped: u32,
 }
 
 impl Side {
@@ -169,6 +179,10 @@ impl Env for Side {
         Ok(old)
     }
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
+        if self.drop_tx.as_mut().is_some_and(|f| f(pkt)) {
+            self.tx_dropped += 1;
+            return Emit::Dropped;
+        }
         self.out.push((pkt.to_vec(), dest));
         Emit::Sent
     }
@@ -235,6 +249,9 @@ impl Env for Side {
     fn in_transit(&mut self) -> bool {
         self.transit_asks += 1;
         self.in_transit
+    }
+    fn now_ms(&mut self) -> u64 {
+        self.now_ms
     }
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, acc: u32) -> Result<(), u32> {
         self.local_ops.push(("reg", key));
@@ -319,7 +336,15 @@ pub struct Pair {
     pub mtu: u32,
     /// PSN ranges (sent by `a`, first PSN, PSNs) of every READ and atomic request carried.
     pub rd_atomic: Vec<(bool, Psn, u32)>,
+    /// Response packets a delivered packet may trigger at once (the shell's pacing: what is
+    /// left is sent by later rounds of [`Pair::run`], interleaved with the packets the other
+    /// end sends meanwhile, as the kernel's continuation sends it).
+    pub resp_burst: u32,
 }
+
+/// [`Pair::resp_burst`] by default: a replay or a long READ answer goes out over several
+/// rounds, so that new requests can arrive while it is under way.
+pub const RESP_BURST: u32 = 4;
 
 pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
     let (local, remote) = if qpn == 17 {
@@ -393,6 +418,7 @@ impl Pair {
             outage: None,
             mtu,
             rd_atomic: Vec::new(),
+            resp_burst: RESP_BURST,
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
             e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
@@ -411,6 +437,13 @@ impl Pair {
             s.mr(0x200, 0x2000_0000, 4 << 20, access::LOCAL_WRITE);
         }
         p
+    }
+
+    /// Moves both ends' clocks on by `us` microseconds.
+    pub fn tick(&mut self, us: u64) {
+        let ms = us.div_ceil(1000);
+        self.sa.now_ms += ms;
+        self.sb.now_ms += ms;
     }
 
     pub fn faulty(mut self, f: Faults, seed: u64) -> Pair {
@@ -454,7 +487,7 @@ impl Pair {
             (&mut self.a, &mut self.sa)
         };
         eng.rx(side, &mut self.scratch, &pkt, &info);
-        eng.run_responder(side, &mut self.scratch, READ_BURST);
+        eng.run_responder(side, &mut self.scratch, self.resp_burst);
         eng.flush_ack(side, &mut self.scratch);
     }
 
@@ -570,15 +603,21 @@ impl Pair {
             }
             // The wire is quiet: the responders' re-acknowledgement timers fire first (they are
             // the shorter), then the retransmit timers.
-            if self.sa.reack_timer.take().is_some() {
+            if let Some(us) = self.sa.reack_timer.take() {
+                self.tick(u64::from(us));
                 self.a.reack_timer_expired(&mut self.sa, &mut self.scratch);
                 continue;
             }
-            if self.sb.reack_timer.take().is_some() {
+            if let Some(us) = self.sb.reack_timer.take() {
+                self.tick(u64::from(us));
                 self.b.reack_timer_expired(&mut self.sb, &mut self.scratch);
                 continue;
             }
             let mut fired = false;
+            let due = [self.sa.retry_timer, self.sb.retry_timer];
+            if let Some(us) = due.iter().flatten().min() {
+                self.tick(*us);
+            }
             if self.sa.retry_timer.take().is_some() {
                 self.a.retry_timer_expired(&mut self.sa);
                 fired = true;
