@@ -22,7 +22,10 @@
 //! the inline data of a WR being posted, is [`read_inline`], an `unsafe fn` of the ib layer.
 
 use super::bindings as b;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::{
+    ptr,
+    sync::atomic::{AtomicU64, Ordering},
+};
 use kernel::{alloc::KVVec, page::PAGE_SIZE, prelude::*};
 
 /// Proof that the object a trampoline works on was created by a kernel verbs consumer: ib_core
@@ -51,12 +54,14 @@ impl KernelConsumer {
 ///
 /// The range it stands for is the one ib_core's contract gives a DMA MR under virt-DMA: every
 /// address `ib_dma_map_single`, `ib_dma_map_page` or `ib_dma_map_sg` can produce, that is the
-/// kernel's linear map of RAM (`virt_addr_valid`). Its methods check that range, page by page,
-/// before they touch anything, and copy with the kernel's fault-tolerant copies, so an address
-/// outside it, or a page the kernel protects within it, is `EFAULT`, never a fault. Which
-/// bytes of the range a request reaches is the MR's grant: the consumer's own SGEs for its
-/// lkey, or the whole range for a global rkey it chose to hand out. It offers no atomics:
-/// ib_core never asks a DMA MR for atomic rights (the driver refuses them).
+/// kernel's linear map of RAM (`virt_addr_valid`, outside the kernel image). Its methods check
+/// that range, page by page, before they touch anything, so an address outside it is `EFAULT`,
+/// never a fault; reads use `copy_from_kernel_nofault`, so a page the kernel unmapped within
+/// it is `EFAULT` too. Which bytes of the range a request reaches is the MR's grant: the
+/// consumer's own SGEs for its lkey, or the whole range for the global rkey of
+/// `IB_PD_UNSAFE_GLOBAL_RKEY`, which ib_core documents (and logs) as unsafe: a peer may then
+/// write any RAM, as it could through an HCA's DMA. It offers no atomics: ib_core never asks a
+/// DMA MR for atomic rights (the driver refuses them).
 ///
 /// Safe code cannot make one: [`KernelVirt::new`] needs a [`KernelConsumer`], which only the ib
 /// layer mints. It is neither `Clone` nor `Copy`, so it stays with the DMA MR it was made for.
@@ -84,13 +89,19 @@ impl KernelVirt {
         })
     }
 
-    /// Copies `src` to kernel address `addr`. As [`KernelVirt::read`] (a write-protected page
-    /// is `EFAULT`).
+    /// Copies `src` to kernel address `addr`. `EFAULT` outside the linear map of RAM. Any
+    /// context.
     pub(crate) fn write(&self, addr: u64, src: &[u8]) -> Result {
         let p = linear_ram(addr, src.len())?;
-        // SAFETY: as in `read`, with source and destination swapped
-        // (`copy_to_kernel_nofault`).
-        nofault(unsafe { b::copy_to_kernel_nofault(p.cast(), src.as_ptr().cast(), src.len()) })
+        // SAFETY: `p..p + len` is mapped RAM of the linear map (checked), the range this
+        // capability stands for (type invariant), and the MR grants writes to it: a local
+        // write lands in an SGE the consumer named with this lkey (its own buffer, writable
+        // until the completion by ib_core's contract); a remote one needs the global rkey
+        // that the consumer asked ib_core for with `IB_PD_UNSAFE_GLOBAL_RKEY`, granting peers
+        // all of it (the kernel has no `copy_to_kernel_nofault` for modules). `src` is our own
+        // buffer, so the two do not overlap.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
     }
 }
 
@@ -157,8 +168,12 @@ impl MappedPage {
     /// Copies `src` to offset `at` of the page. As [`MappedPage::read`].
     pub(crate) fn write(&self, at: u64, src: &[u8]) -> Result {
         let p = self.within(at, src.len())?;
-        // SAFETY: as in `read`, with source and destination swapped.
-        nofault(unsafe { b::copy_to_kernel_nofault(p.cast(), src.as_ptr().cast(), src.len()) })
+        // SAFETY: `p..p + len` lies within a page of the consumer's buffer (type invariant,
+        // checked above), which it mapped for the device to write and which by ib_core's
+        // contract stays mapped and alive while the registration is in use; `src` is our own
+        // buffer, so the two do not overlap.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
     }
 
     fn with_u64<R>(&self, at: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R> {
@@ -267,10 +282,17 @@ fn check(addr: u64, len: usize) -> Result<*mut u8> {
     Ok(addr as usize as *mut u8)
 }
 
+/// The top 2 GiB of the address space: the kernel image on x86-64 (`__START_KERNEL_map`),
+/// which `virt_addr_valid` accepts but no DMA mapping yields; never in a linear map.
+const KERNEL_IMAGE: u64 = 0xffff_ffff_8000_0000;
+
 /// `addr..addr + len` as a pointer if every page it touches is in the kernel's linear map of
-/// RAM (`virt_addr_valid`), else `EFAULT`.
+/// RAM (`virt_addr_valid`, below the kernel image), else `EFAULT`.
 fn linear_ram(addr: u64, len: usize) -> Result<*mut u8> {
     let p = check(addr, len)?;
+    if addr.saturating_add(len as u64) > KERNEL_IMAGE {
+        return Err(EFAULT);
+    }
     let ps = PAGE_SIZE as u64;
     let last = addr + (len.max(1) as u64 - 1);
     let mut page = addr & !(ps - 1);
@@ -287,7 +309,7 @@ fn linear_ram(addr: u64, len: usize) -> Result<*mut u8> {
     }
 }
 
-/// A `copy_{from,to}_kernel_nofault` result: 0, or `EFAULT` for a page that faulted.
+/// A `copy_from_kernel_nofault` result: 0, or `EFAULT` for a page that faulted.
 fn nofault(r: isize) -> Result {
     if r == 0 {
         Ok(())
