@@ -23,7 +23,8 @@
 //! flow, XRCD, WQ, flow action, DM, counters, async event; `INVOKE_WRITE` carrying POST_SEND
 //! WR lists) and random attributes (ids, the driver's UHW pair, flags, handles of live and
 //! dead objects, inline values, pointers to user, kernel and non-canonical memory with random
-//! lengths, malformed headers), and `write()` commands (POST_SEND WR lists with hostile
+//! lengths, malformed headers; well-formed queries whose output points at kernel, non-canonical
+//! or NULL memory, which must fail), and `write()` commands (POST_SEND WR lists with hostile
 //! counts, sizes, addresses and response pointers; memory window, XRC and extended flow/WQ
 //! commands rrxe does not offer; random command ids and words).
 //!
@@ -42,7 +43,7 @@
 //! Prints per verb: calls, successes, errnos seen; per segment whether the child exited or
 //! died (and by which signal). Fails when a verb returned something other than 0 or a clean
 //! errno (1..=133), a raw command was accepted that must not be (a WR list on a user QP, an
-//! object rrxe does not offer), or a child hung (each segment is bounded). The kernel's side
+//! object rrxe does not offer, a query writing to a hostile address), or a child hung (each segment is bounded). The kernel's side
 //! (oops, WARN, KASAN, lockdep, kmemleak) is judged by the guest harness.
 
 use rrxe_verbs_test::{dp, ffi, util};
@@ -622,7 +623,11 @@ unsafe fn one_op(
         37 | 98 => {
             // raw ioctl commands
             for _ in 0..1 + r.below(4) {
-                let x = raw_ioctl(r, c, p, race);
+                let x = if r.below(3) == 0 {
+                    raw_query(r, c, p, race)
+                } else {
+                    raw_ioctl(r, c, p, race)
+                };
                 st.rec(x.name, x.ok, x.err);
                 if let Some(u) = x.unclean.filter(|_| st.unclean.len() < 20) {
                     st.unclean.push(u);
@@ -1279,7 +1284,14 @@ unsafe fn raw_ioctl(r: &mut Rng, c: &Ctx, p: &Pools, race: &[u32]) -> Rec {
         };
         let (len, data) = match r.below(6) {
             // an object handle (IDR attributes carry it inline)
-            0 | 1 => (r.below(9) as u16, u64::from(some_handle(r, p, race))),
+            0 | 1 => (
+                if r.below(8) == 0 {
+                    r.below(9) as u16
+                } else {
+                    0
+                },
+                u64::from(some_handle(r, p, race)),
+            ),
             // an inline value
             2 => (1 + r.below(8) as u16, r.u64()),
             // a pointer with its length
@@ -1364,6 +1376,92 @@ unsafe fn raw_ioctl(r: &mut Rng, c: &Ctx, p: &Pools, race: &[u32]) -> Rec {
     drop(ubuf);
     Rec {
         name,
+        ok: rc == 0,
+        err: e,
+        unclean,
+    }
+}
+
+/// An attribute of a well-formed command: id, length, data (inline value or handle), output.
+type QAttr = (u16, u16, u64, bool);
+
+/// A well-formed query through ioctl (QUERY_CONTEXT, QUERY_PORT, QUERY_GID_ENTRY, QUERY_MR of
+/// a live MR) whose output attributes point at our buffer, or (half of the time) one of them at
+/// kernel, non-canonical, NULL or random memory: that one must fail (EFAULT), never succeed.
+unsafe fn raw_query(r: &mut Rng, c: &Ctx, p: &Pools, race: &[u32]) -> Rec {
+    let fd = (*c.ctx).cmd_fd;
+    let mut out = vec![0u64; 64];
+    let user = out.as_mut_ptr() as u64;
+    let mr_handle = pick(r, &p.mrs.iter().map(|m| m.mr).collect::<Vec<_>>())
+        .map(|m| (*m).handle)
+        .or_else(|| race.last().copied())
+        .unwrap_or(0);
+    // (object, method, [(attr id, len, data, is an output)])
+    let (object, method, spec): (u16, u16, Vec<QAttr>) = match r.below(4) {
+        0 => (0, 4, vec![(0, 4, 0, true), (1, 8, 0, true)]),
+        1 => (0, 2, vec![(0, 1, 1, false), (1, 48, 0, true)]),
+        2 => (
+            0,
+            6,
+            vec![
+                (0, 4, 1, false),
+                (1, 4, r.below(3), false),
+                (2, 4, 0, false),
+                (3, 32, 0, true),
+            ],
+        ),
+        _ => (
+            7,
+            3,
+            vec![
+                (0, 0, u64::from(mr_handle), false),
+                (1, 4, 0, true),
+                (2, 4, 0, true),
+                (3, 8, 0, true),
+                (4, 8, 0, true),
+            ],
+        ),
+    };
+    let outs = spec.iter().filter(|a| a.3).count() as u64;
+    let bad = if r.coin() { Some(r.below(outs)) } else { None };
+    let mut k = 0u64;
+    let mut bad_addr = 0u64;
+    let mut buf = vec![0u64; 3 + 2 * spec.len()];
+    let n = spec.len() as u64;
+    buf[0] = (24 + 16 * n) | u64::from(object) << 16 | u64::from(method) << 32 | n << 48;
+    for (i, &(id, len, data, is_out)) in spec.iter().enumerate() {
+        let data = if is_out {
+            let a = if bad == Some(k) {
+                bad_addr = loop {
+                    let h = hostile_addr(r, user);
+                    if h != user {
+                        break h;
+                    }
+                };
+                bad_addr
+            } else {
+                user + 64 * k
+            };
+            k += 1;
+            a
+        } else {
+            data
+        };
+        buf[3 + 2 * i] = u64::from(id) | u64::from(len) << 16;
+        buf[4 + 2 * i] = data;
+    }
+    let rc = libc::ioctl(fd, RDMA_VERBS_IOCTL, buf.as_mut_ptr());
+    let e = if rc == 0 { 0 } else { errno() };
+    let unclean = (rc == 0 && bad.is_some()).then(|| {
+        format!("ioctl query (object {object} method {method}) succeeded with an output at {bad_addr:#x}")
+    });
+    drop(out);
+    Rec {
+        name: if bad.is_some() {
+            "ioctl_query_hostile_out"
+        } else {
+            "ioctl_query"
+        },
         ok: rc == 0,
         err: e,
         unclean,
