@@ -32,7 +32,8 @@
 //! UD QP, a CQ, an MR, an AH): a poster (valid and hostile sends, receives, polls, raw
 //! POST_SEND on the same QP), a modify_qp thread (RTS, ERR, RESET, INIT, SQD, random states on
 //! the QPs being posted to) and a ring-index mover (the SQ, RQ and CQ producer and consumer
-//! indices set near or far from their values). Half of the segments destroy one racing QP or
+//! indices set near or far from their values), in bursts paced by the main thread's progress
+//! over the whole segment; they take a quarter of the op budget. Half of the segments destroy one racing QP or
 //! the MR from the kernel's side (a raw destroy ioctl) at a random op while the racers keep
 //! using it. Objects are destroyed in random order (EBUSY is fine), and at the end either
 //! explicitly (racers stopped first) or by exit with the racers still running.
@@ -252,8 +253,13 @@ fn child(o: &Opts, seg: u64, nops: u64, out: &mut std::fs::File) -> i32 {
     // SAFETY: verbs on the first context; the objects live until `race_teardown` or exit.
     let mut race = unsafe { race_setup(&ctxs[0], &mut r, &mut st) }.map(Arc::new);
     let race_handles: Vec<u32> = race.as_ref().map_or(Vec::new(), |x| x.handles.clone());
-    let destroy_at = r.coin().then(|| r.below(nops.max(1)));
+    let destroy_at = r.coin().then(|| r.below((nops - nops / 4).max(1)));
     let shared = Arc::new(Mutex::new(Stats::default()));
+    // The op budget is shared: a quarter of it goes to the racers' bursts (on average two
+    // calls each), the rest to the main thread.
+    let race_ops = if race.is_some() { nops / 8 } else { 0 };
+    let main_ops = nops - 2 * race_ops;
+    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let rstop = Arc::new(AtomicBool::new(false));
     let mut racers = Vec::new();
     if let Some(rc) = &race {
@@ -264,33 +270,47 @@ fn child(o: &Opts, seg: u64, nops: u64, out: &mut std::fs::File) -> i32 {
             mtu: ctxs[0].mtu,
         };
         let c0 = Arc::new(SendCtx(c0));
-        for kind in 0..3u8 {
+        for (kind, budget) in [(0u8, race_ops / 2), (1, race_ops / 4), (2, race_ops / 4)] {
             let (rc, c0, sh, stop) = (rc.clone(), c0.clone(), shared.clone(), rstop.clone());
+            let progress = progress.clone();
             let seed = r.u64();
             racers.push(std::thread::spawn(move || {
                 let mut r = Rng::new(seed);
+                let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    // SAFETY: the racing objects stay alive until the racers are stopped or
-                    // the process exits; hostile values are the point.
-                    unsafe {
-                        match kind {
-                            0 => race_post(&rc, &c0.0, &mut r, &sh),
-                            1 => race_modify(&rc, &c0.0, &mut r, &sh),
-                            _ => race_index(&rc, &mut r, &sh),
+                    // Paced by the main thread's progress, so that the racers' ops spread over
+                    // the whole segment; the poster keeps posting past its budget (exit under
+                    // traffic), the others stop there.
+                    if k < budget {
+                        if progress.load(Ordering::Relaxed) < k * main_ops / budget.max(1) {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                    } else if kind != 0 {
+                        break;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    k += 1;
+                    // A burst of 1-3 ops: posts and state changes close together.
+                    for _ in 0..1 + r.below(3) {
+                        // SAFETY: the racing objects stay alive until the racers are stopped
+                        // or the process exits; hostile values are the point.
+                        unsafe {
+                            match kind {
+                                0 => race_post(&rc, &c0.0, &mut r, &sh),
+                                1 => race_modify(&rc, &c0.0, &mut r, &sh),
+                                _ => race_index(&rc, &mut r, &sh),
+                            }
                         }
                     }
-                    let us = match kind {
-                        0 => 300 + r.below(1000),
-                        1 => 1000 + r.below(4000),
-                        _ => 500 + r.below(1000),
-                    };
-                    std::thread::sleep(Duration::from_micros(us));
                 }
             }));
         }
     }
     let mut p = Pools::default();
-    for i in 0..nops {
+    for i in 0..main_ops {
+        progress.store(i, Ordering::Relaxed);
         let what = r.below(100);
         // Verbs that may unmap (or map) anything take the lock for writing.
         let fast = (60..94).contains(&what);
