@@ -33,9 +33,9 @@
 //! POST_SEND on the same QP), a modify_qp thread (RTS, ERR, RESET, INIT, SQD, random states on
 //! the QPs being posted to) and a ring-index mover (the SQ, RQ and CQ producer and consumer
 //! indices set near or far from their values), in bursts paced by the main thread's progress
-//! over the whole segment; they take a quarter of the op budget. Half of the segments destroy one racing QP or
-//! the MR from the kernel's side (a raw destroy ioctl) at a random op while the racers keep
-//! using it. Objects are destroyed in random order (EBUSY is fine), and at the end either
+//! over the whole segment; they take a quarter of the op budget. Half of the segments destroy
+//! one racing QP or the MR from the kernel's side (a raw destroy ioctl) at a random op while
+//! the racers keep using it. Objects are destroyed in random order (EBUSY is fine), and at the end either
 //! explicitly (racers stopped first) or by exit with the racers still running.
 //!
 //! The seed is printed; `--seed` replays a run: every thread draws its sequence from it (the
@@ -44,8 +44,9 @@
 //! Prints per verb: calls, successes, errnos seen; per segment whether the child exited or
 //! died (and by which signal). Fails when a verb returned something other than 0 or a clean
 //! errno (1..=133), a raw command was accepted that must not be (a WR list on a user QP, an
-//! object rrxe does not offer, a query writing to a hostile address), or a child hung (each segment is bounded). The kernel's side
-//! (oops, WARN, KASAN, lockdep, kmemleak) is judged by the guest harness.
+//! object rrxe does not offer, a query writing to a hostile address), or a child hung (each
+//! segment is bounded). The kernel's side (oops, WARN, KASAN, lockdep, kmemleak) is judged by
+//! the guest harness.
 
 use rrxe_verbs_test::{dp, ffi, util};
 
