@@ -35,8 +35,8 @@
 //! indices set near or far from their values), in bursts paced by the main thread's progress
 //! over the whole segment; they take a quarter of the op budget. Half of the segments destroy
 //! one racing QP or the MR from the kernel's side (a raw destroy ioctl) at a random op while
-//! the racers keep using it. Objects are destroyed in random order (EBUSY is fine), and at the end either
-//! explicitly (racers stopped first) or by exit with the racers still running.
+//! the racers keep using it. Objects are destroyed in random order (EBUSY is fine), and at the
+//! end either explicitly (racers stopped first) or by exit with the racers still running.
 //!
 //! The seed is printed; `--seed` replays a run: every thread draws its sequence from it (the
 //! interleaving of the threads is the scheduler's).
@@ -1474,7 +1474,10 @@ unsafe fn raw_query(r: &mut Rng, c: &Ctx, p: &Pools, race: &[u32]) -> Rec {
     let rc = libc::ioctl(fd, RDMA_VERBS_IOCTL, buf.as_mut_ptr());
     let e = if rc == 0 { 0 } else { errno() };
     let unclean = (rc == 0 && bad.is_some()).then(|| {
-        format!("ioctl query (object {object} method {method}) succeeded with an output at {bad_addr:#x}")
+        format!(
+            "ioctl query (object {object} method {method}) succeeded with an output at \
+             {bad_addr:#x}"
+        )
     });
     drop(out);
     Rec {
@@ -1549,7 +1552,8 @@ unsafe fn raw_write(r: &mut Rng, c: &Ctx, p: &Pools, race: &[u32]) -> Rec {
         in_words = r.u32() as u16;
     }
     if cmd & CMD_FLAG_EXTENDED != 0 {
-        // struct ib_uverbs_ex_cmd_hdr: response, provider_in_words, provider_out_words, cmd_hdr_reserved
+        // struct ib_uverbs_ex_cmd_hdr: response, provider_in_words, provider_out_words,
+        // cmd_hdr_reserved
         in_words = (body.len() / 8) as u16;
         msg.extend_from_slice(&cmd.to_ne_bytes());
         msg.extend_from_slice(&in_words.to_ne_bytes());
