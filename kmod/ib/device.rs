@@ -12,7 +12,7 @@
 //! devices. [`Registry`] is our own list instead.
 
 use super::bindings as b;
-use super::kmem::KernelVirt;
+use super::kmem::{KernelVirt, MappedPage};
 use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
@@ -193,17 +193,12 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
         access: u32,
     ) -> Result<(Self::Mr, MrKeys)>;
     /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for `max_num_sg` pages of a
-    /// kernel consumer, whose capability `mem` the MR keeps.
-    fn alloc_mr(
-        dev: &Device<Self>,
-        pd: &Self::Pd,
-        mem: KernelVirt,
-        max_num_sg: u32,
-    ) -> Result<(Self::Mr, MrKeys)>;
+    /// kernel consumer (its memory comes later, as the [`MappedPage`]s of `map_mr_sg`).
+    fn alloc_mr(dev: &Device<Self>, pd: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)>;
     /// `map_mr_sg` begins on a fast-registration MR, with pages of `page_size` bytes.
     fn mr_map_begin(dev: &Device<Self>, mr: &Self::Mr, page_size: u32) -> Result;
-    /// One page (its kernel virtual address) of the `map_mr_sg` under way.
-    fn mr_map_page(dev: &Device<Self>, mr: &Self::Mr, addr: u64) -> Result;
+    /// One page of the `map_mr_sg` under way: the capability to reach it.
+    fn mr_map_page(dev: &Device<Self>, mr: &Self::Mr, page: MappedPage) -> Result;
     /// Queues one send WR of a kernel consumer (any context but hard IRQ); `ENOMEM` when the
     /// SQ is full.
     fn post_send_kernel(dev: &Device<Self>, qp: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result;

@@ -131,6 +131,11 @@ void rrxe_kunmap_local(const void *addr)
 	kunmap_local(addr);
 }
 
+bool rrxe_virt_addr_valid(const void *addr)
+{
+	return virt_addr_valid(addr);
+}
+
 void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *))
 {
 	timer_setup(timer, func, 0);

@@ -43,6 +43,9 @@ struct page *rrxe_nth_page(struct page *page, unsigned long n);
 void *rrxe_kmap_local_page(struct page *page);
 void rrxe_kunmap_local(const void *addr);
 
+/* kmem.rs */
+bool rrxe_virt_addr_valid(const void *addr);
+
 /* timer.rs */
 void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
 unsigned long rrxe_usecs_to_jiffies(unsigned int us);

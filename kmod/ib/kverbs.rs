@@ -10,7 +10,7 @@
 
 use super::bindings as b;
 use super::device::IbDriver;
-use super::kmem::{KernelConsumer, KernelVirt};
+use super::kmem::{self, KernelConsumer, KernelVirt, MappedPage};
 use super::objects::{dev, AhObj, CqObj, MrKeys, MrObj, Owner, PdObj, QpObj, SrqObj};
 use crate::logic::limits as lim;
 use crate::uapi::{self, wr_opcode, SendWqe, Sge};
@@ -102,12 +102,11 @@ unsafe fn sges<'a>(
 ///
 /// `w` must be a valid WR of a consumer of `qp`, embedded in the typed WR its opcode and the
 /// QP type imply (`ib_rdma_wr`, `ib_atomic_wr`, `ib_ud_wr`), with a valid SGE list and, for UD,
-/// a live AH of ours. `mem` is the capability of that (kernel) consumer: inline data is copied
-/// from the kernel virtual addresses its SGEs name.
+/// a live AH of ours, of a kernel consumer posting it now: inline data is copied from the
+/// kernel virtual addresses its SGEs name.
 unsafe fn read_send_wr<'a, T: IbDriver>(
     w: *const b::ib_send_wr,
     ud: bool,
-    mem: &KernelVirt,
     sge_buf: &'a mut [Sge; lim::MAX_SGE as usize],
     inline_buf: &'a mut [u8; lim::MAX_INLINE_DATA as usize],
 ) -> Result<KSendWr<'a, T>> {
@@ -196,7 +195,8 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
             let n = s.length as usize;
             let end = len.checked_add(n).ok_or(EINVAL)?;
             let dst = inline_buf.get_mut(len..end).ok_or(EINVAL)?;
-            mem.read(s.addr, dst)?;
+            // SAFETY: an SGE of an inline WR the consumer is posting (the contract above).
+            unsafe { kmem::read_inline(s.addr, dst)? };
             len = end;
         }
         wqe.num_sge = 0;
@@ -223,7 +223,7 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
 ///
 /// `qp` is a live QP of ours and `wr` a valid `ib_send_wr` chain of its kernel consumer.
 pub(super) unsafe fn post_send<T: IbDriver>(
-    who: KernelConsumer,
+    _who: KernelConsumer,
     qp: *mut b::ib_qp,
     wr: *const b::ib_send_wr,
     bad_wr: *mut *const b::ib_send_wr,
@@ -234,13 +234,12 @@ pub(super) unsafe fn post_send<T: IbDriver>(
     let ud = qp_type == b::ib_qp_type_IB_QPT_UD || qp_type == b::ib_qp_type_IB_QPT_GSI;
     let mut sge_buf = [Sge::default(); lim::MAX_SGE as usize];
     let mut inline_buf = [0u8; lim::MAX_INLINE_DATA as usize];
-    let mem = KernelVirt::new(who);
     let mut cur = wr;
     let mut posted = 0u32;
     let mut err = 0;
     while !cur.is_null() {
         // SAFETY: `cur` is an element of the caller's valid chain.
-        let r = unsafe { read_send_wr::<T>(cur, ud, &mem, &mut sge_buf, &mut inline_buf) }
+        let r = unsafe { read_send_wr::<T>(cur, ud, &mut sge_buf, &mut inline_buf) }
             .and_then(|k| T::post_send_kernel(d, data, &k));
         if let Err(e) = r {
             if !bad_wr.is_null() {
@@ -464,23 +463,42 @@ unsafe extern "C" fn alloc_mr<T: IbDriver>(
         return super::eopnotsupp().to_errno() as isize as *mut b::ib_mr;
     }
     // SAFETY: per the contract above.
-    let Some(who) = (unsafe { PdObj::<T>::kernel_consumer(pd) }) else {
+    if unsafe { PdObj::<T>::kernel_consumer(pd) }.is_none() {
         return EINVAL.to_errno() as isize as *mut b::ib_mr;
-    };
+    }
     // SAFETY: per the contract above.
     let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
-    new_mr::<T>(|| T::alloc_mr(d, pdd, KernelVirt::new(who), max_num_sg))
+    new_mr::<T>(|| T::alloc_mr(d, pdd, max_num_sg))
 }
 
 /// `ib_sg_to_pages` callback: one page of the mapping.
 ///
 /// # Safety
 ///
-/// Called by `ib_sg_to_pages` on the MR `map_mr_sg` passed, a live fast MR of ours.
+/// Called by `ib_sg_to_pages` on the MR `map_mr_sg` passed, a live fast MR of ours that
+/// [`map_mr_sg`] found to be a kernel consumer's, with a page address of that consumer's
+/// scatterlist.
 unsafe extern "C" fn set_page<T: IbDriver>(mr: *mut b::ib_mr, addr: u64) -> i32 {
-    // SAFETY: per the contract above; `MrObj` holds the data after the `ib_mr`.
-    let (d, data) = unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr)) };
-    match T::mr_map_page(d, data, addr) {
+    // SAFETY: per the contract above; `MrObj` holds the data after the `ib_mr`; ib_core's
+    // `ib_map_mr_sg` set `page_size` before it called `map_mr_sg`.
+    let (d, data, size, who) = unsafe {
+        (
+            dev::<T>((*mr).device),
+            MrObj::<T>::data(mr),
+            u64::from((*mr).page_size),
+            MrObj::<T>::kernel_consumer(mr),
+        )
+    };
+    let Some(who) = who else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: `addr` is a page `ib_sg_to_pages` passed for this kernel consumer's fast MR, of
+    // the MR's `page_size` (the contract above).
+    let page = match unsafe { MappedPage::new(who, addr, size) } {
+        Ok(p) => p,
+        Err(e) => return e.to_errno(),
+    };
+    match T::mr_map_page(d, data, page) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }

@@ -6,7 +6,7 @@ use crate::ib::{
     bh::with_bh_disabled,
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
-    kmem::KernelVirt,
+    kmem::{KernelVirt, MappedPage},
     kverbs::{KSendWr, Wc},
     netdev::NetDev,
     objects::{
@@ -367,21 +367,16 @@ impl IbDriver for Rrxe {
         mr::get_dma(dev, p, mem, access)
     }
 
-    fn alloc_mr(
-        dev: &Device<Self>,
-        p: &Self::Pd,
-        mem: KernelVirt,
-        max_num_sg: u32,
-    ) -> Result<(Self::Mr, MrKeys)> {
-        mr::alloc_fast(dev, p, mem, max_num_sg)
+    fn alloc_mr(dev: &Device<Self>, p: &Self::Pd, max_num_sg: u32) -> Result<(Self::Mr, MrKeys)> {
+        mr::alloc_fast(dev, p, max_num_sg)
     }
 
     fn mr_map_begin(dev: &Device<Self>, m: &Self::Mr, page_size: u32) -> Result {
         mr::map_begin(dev, m, page_size)
     }
 
-    fn mr_map_page(dev: &Device<Self>, m: &Self::Mr, addr: u64) -> Result {
-        mr::map_page(dev, m, addr)
+    fn mr_map_page(dev: &Device<Self>, m: &Self::Mr, page: MappedPage) -> Result {
+        mr::map_page(dev, m, page)
     }
 
     fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result {

@@ -25,7 +25,7 @@ use super::stats::DevStats;
 use crate::ib::{
     bh::{self, synchronize_rcu, with_bh_disabled},
     inflight::{self, Gauge, TxWaker},
-    kmem::KernelVirt,
+    kmem::{KernelVirt, MappedPage, PageList},
     kverbs::{QpHandle, Wc},
     netdev::NetDev,
     objects::{CqRef, QpEvent, QpRef, SrqRef, Umem},
@@ -210,6 +210,8 @@ pub(crate) enum MrMem {
     User(Umem),
     /// A kernel consumer's DMA MR: the address is the kernel virtual address (virt-DMA).
     Kernel(KernelVirt),
+    /// A kernel consumer's fast-registration MR: its pages are in [`MrInner::fast`].
+    Fast,
 }
 
 impl MrMem {
@@ -219,6 +221,7 @@ impl MrMem {
         match self {
             MrMem::User(u) => u.read(off, out),
             MrMem::Kernel(k) => k.read(off, out),
+            MrMem::Fast => Err(EFAULT),
         }
     }
 
@@ -226,6 +229,7 @@ impl MrMem {
         match self {
             MrMem::User(u) => u.write(off, data),
             MrMem::Kernel(k) => k.write(off, data),
+            MrMem::Fast => Err(EFAULT),
         }
     }
 
@@ -235,10 +239,8 @@ impl MrMem {
                 u.atomic_cas(off, compare, swap)
             }
             (MrMem::User(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
-            (MrMem::Kernel(k), AtomicOp::CmpSwap { compare, swap }) => {
-                k.atomic_cas(off, compare, swap)
-            }
-            (MrMem::Kernel(k), AtomicOp::FetchAdd { add }) => k.atomic_fadd(off, add),
+            // A DMA MR never holds atomic rights (`mr::get_dma`), so no atomic gets here.
+            (MrMem::Kernel(_) | MrMem::Fast, _) => Err(EINVAL),
         }
     }
 }
@@ -1763,20 +1765,18 @@ pub(crate) struct FastReg {
     pub(crate) length: u64,
     /// Page size of the mapping (a power of two).
     pub(crate) page_size: u64,
-    /// Kernel virtual addresses of the mapped pages (`npages` used, capacity `max_pages`).
-    pub(crate) pages: KVVec<u64>,
-    pub(crate) npages: usize,
-    pub(crate) max_pages: usize,
+    /// The pages the consumer mapped, each the capability to reach it.
+    pub(crate) pages: PageList,
 }
 
 impl FastReg {
-    /// Runs `f(kva, in_chunk_offset, n)` over the pages behind `len` bytes at MR offset `off`
-    /// (offsets from `iova`, checked by the caller).
+    /// Runs `f(page, in_page_offset, in_chunk_offset, n)` over the pages behind `len` bytes at
+    /// MR offset `off` (offsets from `iova`, checked by the caller).
     fn chunks(
         &self,
         off: u64,
         len: usize,
-        mut f: impl FnMut(u64, usize, usize) -> Result,
+        mut f: impl FnMut(&MappedPage, u64, usize, usize) -> Result,
     ) -> Result {
         let ps = self.page_size;
         if ps == 0 || !ps.is_power_of_two() {
@@ -1786,48 +1786,42 @@ impl FastReg {
         let mut done = 0usize;
         while done < len {
             let page = usize::try_from(pos / ps).map_err(|_| EFAULT)?;
-            let base = *self
-                .pages
-                .get(..self.npages)
-                .and_then(|p| p.get(page))
-                .ok_or(EFAULT)?;
+            let p = self.pages.get(page).ok_or(EFAULT)?;
             let in_page = pos % ps;
             let n = ((ps - in_page) as usize).min(len - done);
-            f(base + in_page, done, n)?;
+            f(p, in_page, done, n)?;
             done += n;
             pos += n as u64;
         }
         Ok(())
     }
 
-    /// `mem`: the capability of the kernel consumer that mapped the pages (the MR's own).
-    fn read(&self, mem: &KernelVirt, off: u64, out: &mut [u8]) -> Result {
-        self.chunks(off, out.len(), |kva, at, n| {
-            mem.read(kva, &mut out[at..at + n])
+    fn read(&self, off: u64, out: &mut [u8]) -> Result {
+        self.chunks(off, out.len(), |p, in_page, at, n| {
+            p.read(in_page, &mut out[at..at + n])
         })
     }
 
-    fn write(&self, mem: &KernelVirt, off: u64, data: &[u8]) -> Result {
-        self.chunks(off, data.len(), |kva, at, n| {
-            mem.write(kva, &data[at..at + n])
+    fn write(&self, off: u64, data: &[u8]) -> Result {
+        self.chunks(off, data.len(), |p, in_page, at, n| {
+            p.write(in_page, &data[at..at + n])
         })
     }
 
-    fn atomic(&self, mem: &KernelVirt, off: u64, op: AtomicOp) -> Result<u64> {
-        let mut kva = None;
-        self.chunks(off, 8, |k, _, n| {
+    fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
+        let mut r = None;
+        self.chunks(off, 8, |p, in_page, _, n| {
             // An 8-byte aligned word never straddles a page.
             if n != 8 {
                 return Err(EINVAL);
             }
-            kva = Some(k);
+            r = Some(match op {
+                AtomicOp::CmpSwap { compare, swap } => p.atomic_cas(in_page, compare, swap)?,
+                AtomicOp::FetchAdd { add } => p.atomic_fadd(in_page, add)?,
+            });
             Ok(())
         })?;
-        let kva = kva.ok_or(EINVAL)?;
-        match op {
-            AtomicOp::CmpSwap { compare, swap } => mem.atomic_cas(kva, compare, swap),
-            AtomicOp::FetchAdd { add } => mem.atomic_fadd(kva, add),
-        }
+        r.ok_or(EINVAL)
     }
 }
 
@@ -1877,10 +1871,6 @@ impl Ctx<'_, '_> {
                 f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
             }
             Some(lock) => {
-                // Only a kernel consumer's `alloc_mr` makes a fast MR, with its capability.
-                let MrMem::Kernel(mem) = &m.mem else {
-                    return Err(MemError::BadKey);
-                };
                 let st = lock.lock();
                 if !st.valid || st.key != key {
                     return Err(MemError::BadKey);
@@ -1889,7 +1879,7 @@ impl Ctx<'_, '_> {
                     return Err(MemError::Access);
                 }
                 let off = bounds(st.iova, st.length)?;
-                f(MrView::Fast(&st, mem), off).map_err(|_| MemError::Bounds)
+                f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
             }
         }
     }
@@ -1898,28 +1888,28 @@ impl Ctx<'_, '_> {
 /// The memory of an MR as one access sees it.
 enum MrView<'a> {
     Fixed(&'a MrMem),
-    Fast(&'a FastReg, &'a KernelVirt),
+    Fast(&'a FastReg),
 }
 
 impl MrView<'_> {
     fn read(&self, off: u64, out: &mut [u8]) -> Result {
         match self {
             MrView::Fixed(m) => m.read(off, out),
-            MrView::Fast(f, mem) => f.read(mem, off, out),
+            MrView::Fast(f) => f.read(off, out),
         }
     }
 
     fn write(&self, off: u64, data: &[u8]) -> Result {
         match self {
             MrView::Fixed(m) => m.write(off, data),
-            MrView::Fast(f, mem) => f.write(mem, off, data),
+            MrView::Fast(f) => f.write(off, data),
         }
     }
 
     fn atomic(&self, off: u64, op: AtomicOp) -> Result<u64> {
         match self {
             MrView::Fixed(m) => m.atomic(off, op),
-            MrView::Fast(f, mem) => f.atomic(mem, off, op),
+            MrView::Fast(f) => f.atomic(off, op),
         }
     }
 }
@@ -1981,7 +1971,7 @@ impl Env for Ctx<'_, '_> {
         // The mapping must cover the range: pages from the one holding `iova`.
         let ps = st.page_size;
         let span = (iova & ps.wrapping_sub(1)).checked_add(len);
-        let room = (st.npages as u64).checked_mul(ps);
+        let room = (st.pages.len() as u64).checked_mul(ps);
         match (span, room) {
             (Some(s), Some(r)) if ps.is_power_of_two() && s <= r => {}
             _ => return Err(tp::wc_status::LOC_PROT_ERR),

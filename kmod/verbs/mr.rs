@@ -10,7 +10,7 @@ use super::{
 use crate::ib::{
     bh::with_bh_disabled,
     device::Device,
-    kmem::KernelVirt,
+    kmem::{KernelVirt, MappedPage, PageList},
     objects::{MrArgs, MrKeys, Umem},
     restrack::ResTable,
     udata::Udata,
@@ -71,6 +71,11 @@ pub(super) fn get_dma(
     access: u32,
 ) -> Result<(RrxeMr, MrKeys)> {
     mr::check_mr_access(access).map_err(errno)?;
+    // ib_core asks a DMA MR for local write and, for a global rkey, remote read and write;
+    // never for atomics, which `KernelVirt` does not offer.
+    if access & crate::logic::qp_attr::access::REMOTE_ATOMIC != 0 {
+        return Err(EINVAL);
+    }
     let data = dev.data();
     let (index, key_byte) = data.alloc_mr_index()?;
     let lkey = idalloc::make_key(index, key_byte);
@@ -107,14 +112,12 @@ pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
 pub(super) fn alloc_fast(
     dev: &Device<Rrxe>,
     pd: &RrxePd,
-    mem: KernelVirt,
     max_num_sg: u32,
 ) -> Result<(RrxeMr, MrKeys)> {
     if max_num_sg == 0 || max_num_sg > lim::MAX_FAST_REG_PAGES {
         return Err(EINVAL);
     }
-    let n = max_num_sg as usize;
-    let pages = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
+    let pages = PageList::new(max_num_sg as usize)?;
     let data = dev.data();
     let (index, key_byte) = data.alloc_mr_index()?;
     let key = idalloc::make_key(index, key_byte);
@@ -129,8 +132,6 @@ pub(super) fn alloc_fast(
                     length: 0,
                     page_size: kernel::page::PAGE_SIZE as u64,
                     pages,
-                    npages: 0,
-                    max_pages: n,
                 },
                 "rrxe:frmr"
             ),
@@ -142,7 +143,7 @@ pub(super) fn alloc_fast(
             access: 0,
             iova: 0,
             length: 0,
-            mem: MrMem::Kernel(mem),
+            mem: MrMem::Fast,
             fast: Some(fast),
         };
         data.fabric.mrs.insert(index, Arc::new(inner, GFP_KERNEL)?)
@@ -170,26 +171,23 @@ pub(super) fn map_begin(dev: &Device<Rrxe>, region: &RrxeMr, page_size: u32) -> 
         let m = dev.data().fabric.mrs.get(region.index).ok_or(EINVAL)?;
         let lock = m.fast.as_ref().ok_or(EINVAL)?;
         let mut st = lock.lock();
-        st.npages = 0;
+        st.pages.clear();
         st.page_size = u64::from(page_size);
         Ok(())
     })
 }
 
 /// One page of a `map_mr_sg` (ib_core's `ib_sg_to_pages` callback): `ENOMEM` when the MR's
-/// page list is full.
-pub(super) fn map_page(dev: &Device<Rrxe>, region: &RrxeMr, addr: u64) -> Result {
+/// page list is full, `EINVAL` for a page of another size than `map_begin` was told.
+pub(super) fn map_page(dev: &Device<Rrxe>, region: &RrxeMr, page: MappedPage) -> Result {
     with_bh_disabled(|| {
         let m = dev.data().fabric.mrs.get(region.index).ok_or(EINVAL)?;
         let lock = m.fast.as_ref().ok_or(EINVAL)?;
         let mut st = lock.lock();
-        let i = st.npages;
-        if i >= st.max_pages {
-            return Err(ENOMEM);
+        if page.size() != st.page_size {
+            return Err(EINVAL);
         }
-        *st.pages.get_mut(i).ok_or(ENOMEM)? = addr;
-        st.npages = i + 1;
-        Ok(())
+        st.pages.push(page)
     })
 }
 
@@ -218,13 +216,13 @@ pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Resu
                 let st = lock.lock();
                 Backing::Fast {
                     valid: st.valid,
-                    npages: st.npages,
-                    max: st.max_pages,
+                    npages: st.pages.len(),
+                    max: st.pages.max(),
                     page_size: st.page_size,
                 }
             }
             (None, MrMem::User(u)) => Backing::User { bytes: u.len() },
-            (None, MrMem::Kernel(_)) => Backing::Dma,
+            (None, MrMem::Kernel(_) | MrMem::Fast) => Backing::Dma,
         })
     });
     match backing {

@@ -6,8 +6,9 @@
 #               to its baseline, nothing left behind (kmemleak: vm-run)
 #   packets     rrxe-fuzz-packets: RoCEv2 datagrams from a raw socket in the peer namespace
 #               while a verified RC transfer runs; drop counters account for the invalid ones
-#   verbs       rrxe-fuzz-verbs (hostile verbs, mmap offsets, ring scribbling) while a second,
-#               well-behaved process runs a verified transfer on the same device
+#   verbs       rrxe-fuzz-verbs (hostile verbs, mmap offsets, ring scribbling, raw uverbs ioctl
+#               and write commands, modify_qp / ring indices / destroy / exit racing posts)
+#               while a second, well-behaved process runs a verified transfer on the same device
 #   concurrency threads posting and polling one shared CQ
 #   teardown    under traffic: MR deregistration and QP destroy (in-process), process SIGKILL,
 #               `rdma link delete`, netdev removal, network namespace deletion, rmmod
