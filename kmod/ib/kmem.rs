@@ -118,6 +118,12 @@ impl KernelVirt {
         })
     }
 
+    /// ATOMIC WRITE: stores the u64 at `addr` in one access, ordered after every earlier
+    /// store; returns the value it replaced. `EINVAL` unless 8-byte aligned.
+    pub(crate) fn atomic_store(&self, addr: u64, value: u64) -> Result<u64> {
+        self.with_u64(addr, |w| w.swap(value, Ordering::SeqCst))
+    }
+
     /// Atomic fetch-and-add of the u64 at `addr`; returns the original value.
     pub(crate) fn atomic_fadd(&self, addr: u64, add: u64) -> Result<u64> {
         self.with_u64(addr, |w| w.fetch_add(add, Ordering::SeqCst))
