@@ -77,7 +77,9 @@ fn ops(s: &Side) -> Vec<(u64, u32, u32)> {
 }
 
 /// Every packet carried, as (sent by A, bytes).
-fn tap(p: &mut Pair) -> Rc<RefCell<Vec<(bool, Vec<u8>)>>> {
+type Tap = Rc<RefCell<Vec<(bool, Vec<u8>)>>>;
+
+fn tap(p: &mut Pair) -> Tap {
     let log = Rc::new(RefCell::new(Vec::new()));
     let l = log.clone();
     p.drop_if = Some(Box::new(move |pkt: &Packet<'_>, from_a| {

@@ -64,9 +64,13 @@ pub struct Side {
     /// (`Env::sq_retired`): every send completion must come after its WR's release.
     pub sq_log: Vec<u64>,
     pub sq_released: usize,
-    /// FLUSHes executed: (key, the range or `None` for the whole MR, rights asked for).
-    pub flushes: Vec<(u32, Option<(u64, u64)>, u32)>,
+    /// FLUSHes executed.
+    pub flushes: Vec<FlushDone>,
 }
+
+/// A FLUSH the responder executed: (key, the range or `None` for the whole MR, the rights it
+/// asked for).
+pub type FlushDone = (u32, Option<(u64, u64)>, u32);
 
 impl Side {
     pub fn mr(&mut self, key: u32, addr: u64, len: usize, access: u32) {
