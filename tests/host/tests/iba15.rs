@@ -558,3 +558,57 @@ fn user_qp_local_inv_follows_rdma_rxe() {
         assert_eq!(statuses(&p.sa), vec![(1, wc_status::LOC_QP_OP_ERR)]);
     }
 }
+
+#[test]
+fn flush_icrc_is_rdma_rxe_s() {
+    use rrxe_host_tests::logic::icrc;
+    // rdma_rxe 6.12's opcode table gives RC FLUSH no payload offset: its ICRC covers the
+    // masked pseudo-header, BTH and FETH+RETH as usual, then BTH..RETH again, raw. Every other
+    // opcode's ICRC is the IBTA's.
+    let mut ip = [0u8; icrc::IPV4_HDR_LEN];
+    ip[0] = 0x45;
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 99, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 99, 0, 2]);
+    let mut p = pair(FLUSH_QP);
+    p.post_send(
+        flush_wr(1, FLUSH_MR, FLUSH_VA, 64, flush::GLOBAL, flush::RANGE),
+        &[],
+        &[],
+    );
+    p.post_send(atomic_write(2, 0x100, 0x1000_0000, [3; 8]), &[], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    let pkts = p.take_out(true);
+    assert_eq!(pkts.len(), 2);
+    for roce in pkts {
+        let mut udp = vec![0x12, 0x34, 0x12, 0xb7, 0, 0, 0, 0];
+        let n = (udp.len() + roce.len()) as u16;
+        udp[4..6].copy_from_slice(&n.to_be_bytes());
+        udp.extend_from_slice(&roce);
+        let ibta = icrc::icrc_v4(&ip, &udp).unwrap();
+        let rxe = icrc::icrc_v4_rxe(&ip, &udp).unwrap();
+        if roce[0] == opcode::RC_FLUSH {
+            let mut c = icrc::Icrc::new_v4(
+                &ip,
+                udp[..8].try_into().unwrap(),
+                roce[..12].try_into().unwrap(),
+            );
+            c.update(&roce[12..roce.len() - 4]);
+            assert_eq!(c.finish(), ibta);
+            let mut c = icrc::Icrc::new_v4(
+                &ip,
+                udp[..8].try_into().unwrap(),
+                roce[..12].try_into().unwrap(),
+            );
+            c.update(&roce[12..roce.len() - 4]);
+            c.update(&roce[..roce.len() - 4]);
+            assert_eq!(c.finish(), rxe);
+            assert_ne!(ibta, rxe);
+            assert_eq!(icrc::rxe_flush_tail(&roce).map(|t| t.len()), Some(32));
+        } else {
+            assert_eq!(ibta, rxe, "opcode {:#x}", roce[0]);
+            assert!(icrc::rxe_flush_tail(&roce).is_none());
+        }
+    }
+}

@@ -456,7 +456,7 @@ proptest! {
             field_case(AttrMask::PKEY_INDEX, |r, v| r.pkey_index = v as u16, |v| v == 0,
                 any::<u16>().prop_map(u32::from)),
             field_case(AttrMask::ACCESS_FLAGS, |r, v| r.qp_access_flags = v,
-                |v| v & !(0xf | 0x3ff0_0000) == 0, prop_oneof![0u32..0x400, any::<u32>()]),
+                |v| v & !(0xf | 0x300 | 0x3ff0_0000) == 0, prop_oneof![0u32..0x400, any::<u32>()]),
         ],
     ) {
         let mut r = good(bit, QpState::Rts);
