@@ -199,6 +199,13 @@ impl MappedPage {
         })
     }
 
+    /// ATOMIC WRITE: stores the u64 at offset `at` in one access, ordered after every earlier
+    /// store; returns the value it replaced. `EINVAL` unless 8-byte aligned, `EFAULT` outside
+    /// the page.
+    pub(crate) fn atomic_store(&self, at: u64, value: u64) -> Result<u64> {
+        self.with_u64(at, |w| w.swap(value, Ordering::SeqCst))
+    }
+
     /// Atomic fetch-and-add of the u64 at offset `at`; returns the original value.
     pub(crate) fn atomic_fadd(&self, at: u64, add: u64) -> Result<u64> {
         self.with_u64(at, |w| w.fetch_add(add, Ordering::SeqCst))

@@ -123,8 +123,10 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
         b::ib_wr_opcode_IB_WR_SEND_WITH_INV => wr_opcode::SEND_WITH_INV,
         b::ib_wr_opcode_IB_WR_LOCAL_INV => wr_opcode::LOCAL_INV,
         b::ib_wr_opcode_IB_WR_REG_MR => wr_opcode::REG_MR,
-        // Memory windows, masked atomics, READ with invalidate, LSO, FLUSH, ATOMIC_WRITE: not
-        // offered (query_device does not advertise them).
+        // Memory windows, masked atomics, READ with invalidate, LSO: not offered (query_device
+        // does not advertise them). FLUSH, ATOMIC_WRITE: ib_core has no WR format that carries
+        // their operands (rdma_rxe copies none for a kernel WR either); the device caps that
+        // advertise them are for user space, which has its own WQE format.
         _ => return Err(super::eopnotsupp()),
     };
     let flags = wr.send_flags as u32;

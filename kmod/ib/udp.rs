@@ -614,7 +614,8 @@ impl UdpHandle {
                 core::slice::from_raw_parts_mut(udp, udp_len),
             )
         };
-        if let Ok(c) = crate::logic::icrc::icrc_v4(ip, udp) {
+        // rdma_rxe's ICRC (the IBTA's for every opcode but RC FLUSH, see `icrc_v4_rxe`).
+        if let Ok(c) = crate::logic::icrc::icrc_v4_rxe(ip, udp) {
             crate::logic::icrc::write_icrc(udp, c);
         }
         // SAFETY: `rt` stays valid until `skb_dst_set` takes over our reference; `ip_local_out`
@@ -713,6 +714,10 @@ impl UdpHandle {
         ) {
             let mut c = crate::logic::icrc::Icrc::new_v6(&ip, &uh, bth);
             c.update(rest);
+            // rdma_rxe's ICRC of an RC FLUSH (see `icrc_v4_rxe`).
+            if let Some(t) = crate::logic::icrc::rxe_flush_tail(data) {
+                c.update(t);
+            }
             let v = c.finish();
             crate::logic::icrc::write_icrc(data, v);
         }
@@ -950,7 +955,17 @@ unsafe extern "C" fn encap_rcv(sk: *mut b::sock, skb: *mut b::sk_buff) -> i32 {
         (_, Some(h)) => crate::logic::icrc::icrc_v6(h, udp).ok(),
         _ => None,
     };
-    let icrc_ok = c.is_some() && c == crate::logic::icrc::stored_icrc(udp);
+    let stored = crate::logic::icrc::stored_icrc(udp);
+    // An RC FLUSH may carry the IBTA's ICRC or rdma_rxe's (see `icrc_v4_rxe`).
+    let rxe_form = || match (ip.first_chunk::<IPV4_HLEN>(), ip.first_chunk::<IPV6_HLEN>()) {
+        (Some(h), _) if meta.is_v4 => crate::logic::icrc::icrc_v4_rxe(h, udp).ok(),
+        (_, Some(h)) => crate::logic::icrc::icrc_v6_rxe(h, udp).ok(),
+        _ => None,
+    };
+    let icrc_ok = (c.is_some() && c == stored)
+        || (crate::logic::icrc::rxe_flush_tail(udp.get(UDP_HLEN..).unwrap_or_default()).is_some()
+            && stored.is_some()
+            && rxe_form() == stored);
     if !icrc_ok {
         // Dropped here; the device still learns of it (its `rx_icrc_errors` counter).
         inc(&COUNTERS.rx_drop_icrc);

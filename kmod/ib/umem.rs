@@ -213,6 +213,13 @@ impl Umem {
         })
     }
 
+    /// ATOMIC WRITE: stores the native-endian u64 at `off` in one access, ordered after every
+    /// earlier store (release); returns the value it replaced. Errors as for
+    /// [`Umem::atomic_fadd`]. Any context.
+    pub(crate) fn atomic_store(&self, off: u64, value: u64) -> Result<u64> {
+        self.with_u64(off, |w| w.swap(value, Ordering::SeqCst))
+    }
+
     /// Atomic fetch-and-add (wrapping) of the native-endian u64 at `off`. Returns the original
     /// value. `EINVAL` if the word is not 8-byte aligned in memory, `EFAULT` if it leaves the
     /// umem. Any context.

@@ -234,6 +234,45 @@ pub fn icrc_v6(ip: &[u8; IPV6_HDR_LEN], udp: &[u8]) -> Result<u32, IcrcError> {
     Ok(c.finish())
 }
 
+/// `IB_OPCODE_RC_FLUSH`.
+const RC_FLUSH: u8 = 0x1c;
+
+/// What rdma_rxe (Linux 6.12) adds to the ICRC of an RC FLUSH: its opcode table gives FLUSH no
+/// payload offset, so `payload_addr()` is the BTH and `payload_size()` the whole packet but the
+/// ICRC, and its ICRC covers the headers a second time, raw (BTH unmasked), after the usual
+/// coverage. `roce` is the packet, BTH through ICRC; `None` for any other opcode (and for a
+/// packet too short to hold an ICRC).
+pub fn rxe_flush_tail(roce: &[u8]) -> Option<&[u8]> {
+    if roce.first() != Some(&RC_FLUSH) {
+        return None;
+    }
+    roce.get(..roce.len().checked_sub(ICRC_LEN)?)
+}
+
+/// [`icrc_v4`] as rdma_rxe computes it: the same for every opcode but RC FLUSH, whose headers
+/// it covers twice ([`rxe_flush_tail`]). rrxe sends FLUSH with this ICRC (rdma_rxe drops a
+/// FLUSH with the IBTA's) and accepts either.
+pub fn icrc_v4_rxe(ip: &[u8; IPV4_HDR_LEN], udp: &[u8]) -> Result<u32, IcrcError> {
+    let (hdr, bth, rest) = split_udp(udp)?;
+    let mut c = Icrc::new_v4(ip, hdr, bth);
+    c.update(rest);
+    if let Some(t) = rxe_flush_tail(udp.get(UDP_HDR_LEN..).unwrap_or(&[])) {
+        c.update(t);
+    }
+    Ok(c.finish())
+}
+
+/// [`icrc_v6`] as rdma_rxe computes it (see [`icrc_v4_rxe`]).
+pub fn icrc_v6_rxe(ip: &[u8; IPV6_HDR_LEN], udp: &[u8]) -> Result<u32, IcrcError> {
+    let (hdr, bth, rest) = split_udp(udp)?;
+    let mut c = Icrc::new_v6(ip, hdr, bth);
+    c.update(rest);
+    if let Some(t) = rxe_flush_tail(udp.get(UDP_HDR_LEN..).unwrap_or(&[])) {
+        c.update(t);
+    }
+    Ok(c.finish())
+}
+
 /// A RoCEv2 packet seen from its IP header: the IP header and the UDP datagram (header
 /// through ICRC), bounded by the UDP length field (bytes after it, such as Ethernet padding,
 /// are ignored).

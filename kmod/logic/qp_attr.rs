@@ -87,13 +87,15 @@ pub mod access {
     /// support one of these ignores it instead of failing.
     pub const OPTIONAL: u32 = 0x3ff0_0000;
 
-    /// The bits that mean something on a QP: which remote operations the responder allows.
-    pub const QP_REMOTE: u32 = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
+    /// The bits that mean something on a QP: which remote operations the responder allows
+    /// (the `FLUSH_*` bits: which RDMA FLUSH placement types, as rdma_rxe checks them).
+    pub const QP_REMOTE: u32 =
+        REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | FLUSH_GLOBAL | FLUSH_PERSISTENT;
 
     /// The bits [`super::validate`] accepts in `qp_access_flags`: [`QP_REMOTE`], plus
     /// `LOCAL_WRITE` (meaningless on a QP, but rdma-core users pass it and rxe accepts it),
     /// plus the [`OPTIONAL`] range (ignored). Everything else is refused with `EINVAL`:
-    /// `MW_BIND`, `ZERO_BASED`, `ON_DEMAND`, `HUGETLB`, `FLUSH_*` and undefined bits.
+    /// `MW_BIND`, `ZERO_BASED`, `ON_DEMAND`, `HUGETLB` and undefined bits.
     pub const QP_ACCEPTED: u32 = QP_REMOTE | LOCAL_WRITE | OPTIONAL;
 }
 

@@ -440,9 +440,12 @@ impl IbDriver for Rrxe {
         attr.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
             | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
             | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
-            // Fast registration, local and remote invalidation (kernel consumers).
-            | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS)
-            as u64;
+            // Fast registration, local and remote invalidation.
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS
+            // IBA 1.5 memory placement: RDMA FLUSH with global visibility (persistence needs
+            // persistent memory, which rrxe does not register) and ATOMIC WRITE.
+            | b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL
+            | b::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE) as u64;
         attr.max_fast_reg_page_list_len = lim::MAX_FAST_REG_PAGES;
         // Lets `rdma link delete` unregister the device.
         attr.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;

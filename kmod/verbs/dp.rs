@@ -239,7 +239,10 @@ impl MrMem {
                 u.atomic_cas(off, compare, swap)
             }
             (MrMem::User(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
-            // A DMA MR never holds atomic rights (`mr::get_dma`), so no atomic gets here.
+            (MrMem::User(u), AtomicOp::Write { value }) => u.atomic_store(off, value),
+            // A DMA MR never holds atomic rights (`mr::get_dma`), so no atomic gets here; an
+            // ATOMIC WRITE through a global rkey's DMA MR is refused as well (no single-access
+            // store on the linear map is offered there).
             (MrMem::Kernel(_) | MrMem::Fast, _) => Err(EINVAL),
         }
     }
@@ -1818,6 +1821,7 @@ impl FastReg {
             r = Some(match op {
                 AtomicOp::CmpSwap { compare, swap } => p.atomic_cas(in_page, compare, swap)?,
                 AtomicOp::FetchAdd { add } => p.atomic_fadd(in_page, add)?,
+                AtomicOp::Write { value } => p.atomic_store(in_page, value)?,
             });
             Ok(())
         })?;
@@ -1836,6 +1840,20 @@ impl Ctx<'_, '_> {
         acc: Access,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
+        self.with_mr_rights(key, addr, len, acc.rights(), false, f)
+    }
+
+    /// [`Self::with_mr`] for the rights `need` (`IB_ACCESS_*`); with `whole`, the range is not
+    /// looked at and `f` gets offset 0 (an RDMA FLUSH of the whole MR).
+    fn with_mr_rights<R>(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        whole: bool,
+        f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
+    ) -> Result<R, MemError> {
         let m = self
             .qp
             .fabric
@@ -1845,14 +1863,10 @@ impl Ctx<'_, '_> {
         if m.pd != self.qp.pd {
             return Err(MemError::BadPd);
         }
-        let need = match acc {
-            Access::LocalRead => 0,
-            Access::LocalWrite => tp::access::LOCAL_WRITE,
-            Access::RemoteRead => tp::access::REMOTE_READ,
-            Access::RemoteWrite => tp::access::REMOTE_WRITE,
-            Access::RemoteAtomic => tp::access::REMOTE_ATOMIC,
-        };
         let bounds = |iova: u64, length: u64| -> Result<u64, MemError> {
+            if whole {
+                return Ok(0);
+            }
             let off = addr.checked_sub(iova).ok_or(MemError::Bounds)?;
             if off.checked_add(len).map_or(true, |end| end > length) {
                 return Err(MemError::Bounds);
@@ -1953,9 +1967,24 @@ impl Env for Ctx<'_, '_> {
     }
 
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.with_mr(key, addr, 8, Access::RemoteAtomic, |m, off| {
-            m.atomic(off, op)
-        })
+        self.with_mr(key, addr, 8, op.access(), |m, off| m.atomic(off, op))
+    }
+
+    fn mem_flush(
+        &mut self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        whole_mr: bool,
+        need: u32,
+    ) -> Result<(), MemError> {
+        self.with_mr_rights(key, addr, len, need, whole_mr, |_, _| Ok(()))?;
+        // Every placement into the MR is a CPU store (a copy or an atomic) made before this
+        // request was taken; a full barrier orders them before the answer that says they are
+        // visible. No MR is registered for persistence (see `check_mr_access`), so no cache
+        // write-back is owed.
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, access: u32) -> Result<(), u32> {

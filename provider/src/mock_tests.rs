@@ -1024,13 +1024,49 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
         wr!(w, wr_atomic_fetch_add, 1, 0x5004, 1);
         wr!(w, wr_set_sge, 6, 0x6000, 8);
         assert_eq!(wr!(w, wr_complete), libc::EINVAL);
-        // Operations rrxe does not execute fail the batch instead of calling NULL.
+        // Invalidation and ATOMIC WRITE: LOCAL_INV and SEND_WITH_INV carry the key in
+        // imm_data; ATOMIC WRITE its 8 bytes in `swap` (read at the call).
+        let mut value = *b"\x11\x22\x33\x44\x55\x66\x77\x88";
         wr!(w, wr_start);
-        wr!(w, wr_local_inv, 5);
-        assert_eq!(wr!(w, wr_complete), libc::EOPNOTSUPP);
+        w.next(700, IBV_SEND_SIGNALED);
+        wr!(w, wr_local_inv, 0x4401);
+        w.next(701, IBV_SEND_SIGNALED);
+        wr!(w, wr_send_inv, 0x4402);
+        wr!(w, wr_set_sge, 5, 0x1000, 64);
+        w.next(702, IBV_SEND_SIGNALED);
+        wr!(w, wr_atomic_write, 12, 0x7008, value.as_ptr().cast());
+        value[0] = 0; // copied at the call
+        assert_eq!(wr!(w, wr_complete), 0);
+        assert_one_doorbell(&pipe.take(), 0x99);
+        let got: Vec<_> = std::iter::from_fn(|| sk.pop_send()).collect();
+        let h: Vec<_> = got.iter().map(|g| g.hdr).collect();
+        assert_eq!(
+            h.iter().map(|h| (h.wr_id, h.opcode)).collect::<Vec<_>>(),
+            vec![(700, 7), (701, 9), (702, 15)]
+        );
+        assert_eq!((h[0].imm_data, h[0].num_sge), (0x4401, 0));
+        assert_eq!((h[1].imm_data, h[1].num_sge), (0x4402, 1));
+        assert_eq!(
+            (
+                h[2].rkey,
+                h[2].remote_addr,
+                h[2].swap,
+                h[2].num_sge,
+                h[2].inline_len
+            ),
+            (
+                12,
+                0x7008,
+                u64::from_ne_bytes(*b"\x11\x22\x33\x44\x55\x66\x77\x88"),
+                0,
+                0
+            )
+        );
+        assert_eq!(h[2].send_flags, IBV_SEND_SIGNALED);
+        // An unaligned ATOMIC WRITE.
         wr!(w, wr_start);
-        wr!(w, wr_send_inv, 5);
-        assert_eq!(wr!(w, wr_complete), libc::EOPNOTSUPP);
+        wr!(w, wr_atomic_write, 12, 0x7004, value.as_ptr().cast());
+        assert_eq!(wr!(w, wr_complete), libc::EINVAL);
         assert_eq!(sk.pending(), 0);
         assert!(pipe.take().is_empty());
 

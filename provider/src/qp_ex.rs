@@ -22,8 +22,8 @@ use core::ptr;
 use crate::abi::{
     ibv_ah, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_send_wr, ibv_sge,
     ibv_wr_opcode, IBV_SEND_INLINE, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
-    IBV_WR_SEND_WITH_IMM,
+    IBV_WR_ATOMIC_WRITE, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
 };
 use crate::log::trace;
 use crate::qp::{send_state_ok, QpHooks, RrxeQp};
@@ -143,6 +143,17 @@ impl Batch {
         }
         let len = self.inline.len() - start;
         self.wrs.last_mut().expect("checked").body = Body::Inline { start, len };
+    }
+
+    /// The 8 bytes of an ATOMIC WRITE, as the last WR's inline data (not bounded by
+    /// `max_inline_data`: they travel in the WQE header).
+    pub fn set_atomic_value(&mut self, value: [u8; 8]) {
+        if self.last().is_none() {
+            return;
+        }
+        let start = self.inline.len();
+        self.inline.extend_from_slice(&value);
+        self.wrs.last_mut().expect("checked").body = Body::Inline { start, len: 8 };
     }
 
     /// `wr_set_ud_addr`.
@@ -360,6 +371,39 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, remote_ad
     w.wr.atomic.compare_add = add;
 }
 
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_LOCAL_INV) };
+    w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+}
+
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_SEND_WITH_INV) };
+    w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+}
+
+unsafe extern "C" fn wr_atomic_write(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    // SAFETY: inside the batch.
+    let b = unsafe { batch(q) };
+    if atomic_wr.is_null() {
+        return b.fail(libc::EINVAL);
+    }
+    // SAFETY: `atomic_wr` points to the 8 bytes to place (the `ibv_wr_atomic_write`
+    // contract), read once, here, so the application may reuse them at once.
+    let value = unsafe { ptr::read_unaligned(atomic_wr.cast::<[u8; 8]>()) };
+    // SAFETY: inside the batch.
+    let w = unsafe { build(q, IBV_WR_ATOMIC_WRITE) };
+    w.wr.rdma.rkey = rkey;
+    w.wr.rdma.remote_addr = remote_addr;
+    b.set_atomic_value(value);
+}
+
 unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let sge = ibv_sge { addr, length, lkey };
     // A zero-length SGE carries no data (as rdma-core's providers treat it).
@@ -460,15 +504,6 @@ unsafe extern "C" fn wr_unsupported_tso(q: *mut ibv_qp_ex, _hdr: *mut c_void, _s
     // SAFETY: inside the batch.
     unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
 }
-unsafe extern "C" fn wr_unsupported_atomic_write(
-    q: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _wr: *const c_void,
-) {
-    // SAFETY: inside the batch.
-    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
-}
 
 /// Fills the `ibv_qp_ex` callbacks of `qp`: every builder the provider implements (an
 /// operation the QP type does not take fails at `wr_complete` with `EINVAL`, as in
@@ -494,10 +529,10 @@ pub(crate) unsafe fn install(qp: *mut RrxeQp) {
     x.wr_set_inline_data = Some(wr_set_inline_data);
     x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
-    x.wr_local_inv = Some(wr_unsupported_rkey);
-    x.wr_send_inv = Some(wr_unsupported_rkey);
+    x.wr_local_inv = Some(wr_local_inv);
+    x.wr_send_inv = Some(wr_send_inv);
     x.wr_set_xrc_srqn = Some(wr_unsupported_rkey);
     x.wr_bind_mw = Some(wr_unsupported_bind_mw);
     x.wr_send_tso = Some(wr_unsupported_tso);
-    x.wr_atomic_write = Some(wr_unsupported_atomic_write);
+    x.wr_atomic_write = Some(wr_atomic_write);
 }

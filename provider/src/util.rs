@@ -8,8 +8,9 @@ use rrxe_uapi::{AllocUcontextResp, LAYOUT_FINGERPRINT, SYSFS_UABI_ATTR, UABI_MAG
 use crate::abi::{
     IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_QPT_RC, IBV_QPT_UC,
     IBV_QPT_UD, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
-    IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
-    IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_INIT_ATTR_CREATE_FLAGS,
+    IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ,
+    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
+    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_INIT_ATTR_CREATE_FLAGS,
     IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WC_EX_WITH_BYTE_LEN,
     IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL,
     IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
@@ -225,7 +226,10 @@ pub fn supported_send_ops(qp_type: u32) -> u64 {
         | u64::from(
             IBV_QP_EX_WITH_RDMA_READ
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+                | IBV_QP_EX_WITH_ATOMIC_WRITE,
         );
     match qp_type {
         IBV_QPT_RC => rc,
@@ -236,9 +240,9 @@ pub fn supported_send_ops(qp_type: u32) -> u64 {
 }
 
 /// Checks `send_ops_flags` of a `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: any
-/// operation the QP type does not offer ([`supported_send_ops`]: `LOCAL_INV`, `BIND_MW`,
-/// `SEND_WITH_INV`, `TSO`, `ATOMIC_WRITE`, unknown bits, READ/atomics on UC/UD, ...) is
-/// `EOPNOTSUPP`.
+/// operation the QP type does not offer ([`supported_send_ops`]: `BIND_MW`, `TSO`, `FLUSH`
+/// (rdma-core 44's `ibv_qp_ex` has no `wr_flush`: rrxe takes FLUSH through `ibv_post_send`),
+/// unknown bits, READ/atomics/invalidation/ATOMIC WRITE on UC/UD, ...) is `EOPNOTSUPP`.
 pub fn check_send_ops_flags(qp_type: u32, flags: u64) -> Result<(), i32> {
     if flags & !supported_send_ops(qp_type) != 0 {
         return Err(libc::EOPNOTSUPP);
@@ -529,7 +533,10 @@ mod tests {
                 | IBV_QP_EX_WITH_SEND_WITH_IMM
                 | IBV_QP_EX_WITH_RDMA_READ
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+                | IBV_QP_EX_WITH_ATOMIC_WRITE,
         );
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, all_rc), Ok(()));
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, 0), Ok(()));
@@ -545,12 +552,13 @@ mod tests {
             Ok(())
         );
         for (qpt, bad) in [
-            (IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV),
             (IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW),
-            (IBV_QPT_RC, IBV_QP_EX_WITH_SEND_WITH_INV),
             (IBV_QPT_RC, IBV_QP_EX_WITH_TSO),
-            (IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE),
             (IBV_QPT_RC, 1 << 13),
+            (IBV_QPT_UC, IBV_QP_EX_WITH_LOCAL_INV),
+            (IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV),
+            (IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_WRITE),
+            (IBV_QPT_RC, 1 << 11),
             (IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ),
             (IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD),
             (IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE),

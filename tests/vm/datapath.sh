@@ -17,6 +17,9 @@
 #      baseline, the device still works); rmmod of the driver while a context is open is
 #      refused or disassociates cleanly (run last);
 #   6. `rdma statistic show link DEV/1` lists every counter of kmod/logic/stats.rs (rrxe).
+#   7. rrxe-iba15 (issue 27): IBA 1.5 ATOMIC WRITE and RDMA FLUSH, user-space LOCAL_INV and
+#      SEND_WITH_INV, dev0 <-> dev1 both ways; then (rrxe) the same between rdma_rxe's rxe0
+#      (on veth0, in place of dev0 meanwhile) and dev1, both ways.
 #
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rrxe $PWD/tests/vm/datapath.sh
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rxe  $PWD/tests/vm/datapath.sh
@@ -40,8 +43,8 @@
 #   RRXE_DP_XFAIL  check names whose FAIL is a known bug of the device under test: printed as
 #                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
 #                  finds (see below); none for rrxe.
-#   RRXE_DP_ONLY   space-separated subset of: pingpong perftest bulk integrity syscalls errors kill
-#                  stats rmmod
+#   RRXE_DP_ONLY   space-separated subset of: pingpong perftest bulk integrity syscalls errors
+#                  iba15 kill stats rmmod
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 type=${RRXE_DP_TYPE:-rrxe}
@@ -53,7 +56,7 @@ iters=${RRXE_DP_ITERS:-50}
 ops=${RRXE_DP_OPS:-300}
 T=${RRXE_DP_STEP_TIMEOUT:-60}
 bin=${RRXE_DP_BIN:-$root/target/release}
-only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity syscalls errors kill stats rmmod} "
+only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity syscalls errors iba15 kill stats rmmod} "
 # rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
 # IBV_WC_WR_FLUSH_ERR, not IBV_WC_LOC_PROT_ERR: rxe_requester() sets wqe->status
 # (IB_WC_LOC_QP_OP_ERR even, since copy_data() returns -EINVAL, not -EFAULT) and moves the QP
@@ -267,6 +270,28 @@ if part errors; then
   ST=$((3 * T)) sub errors loopback "$bin/rrxe-errors" --dev "$dev0" "${nh[@]}" checks
   ST=$((3 * T)) sub errors two_devices "$bin/rrxe-errors" --dev "$dev0" --dev2 "$dev1" "${nh[@]}" checks
   elapsed errors
+fi
+
+# --- 7. IBA 1.5 placement and user-space invalidation (issue 27), then interop with rdma_rxe
+if part iba15; then
+  ST=$((3 * T)) sub iba15 "" "$bin/rrxe-iba15" --dev "$dev0" --dev2 "$dev1" "${seed[@]}"
+  if [ "$type" = rrxe ] && [ "$netns" = 1 ]; then
+    # rdma_rxe binds UDP 4791 in init_net when it loads: dev0 leaves veth0 to rxe0 meanwhile
+    # (the topology of tests/vm/reliability.sh part B), and comes back afterwards.
+    rdma link delete "$dev0"
+    if modprobe rdma_rxe && rdma link add rxe0 type rxe netdev veth0 &&
+       wait_for 20 bash -c "$(declare -f port_state gid_index); \
+         [ \"\$(port_state rxe0)\" = PORT_ACTIVE ] && gid_index rxe0 >/dev/null"; then
+      ST=$((3 * T)) sub iba15 interop "$bin/rrxe-iba15" --dev rxe0 --dev2 "$dev1" "${seed[@]}"
+    else
+      fail "iba15.interop.setup" "rdma_rxe: $(dmesg | tail -3 | tr '\n' ' ')"
+    fi
+    rdma link delete rxe0 2>/dev/null; rmmod rdma_rxe 2>/dev/null
+    rdma link add "$dev0" type "$type" netdev veth0
+    check "iba15.interop.dev0_back" wait_for 20 bash -c "$(declare -f port_state gid_index); \
+      [ \"\$(port_state $dev0)\" = PORT_ACTIVE ] && gid_index $dev0 >/dev/null"
+  fi
+  elapsed iba15
 fi
 
 res_is() { [ "$(rdma res show 2>&1)" = "$1" ]; }

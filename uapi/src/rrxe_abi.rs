@@ -157,10 +157,15 @@ pub mod wc_opcode {
     pub const RDMA_READ: u32 = 2;
     pub const COMP_SWAP: u32 = 3;
     pub const FETCH_ADD: u32 = 4;
-    /// Local invalidation (kernel consumers).
+    /// Local invalidation.
     pub const LOCAL_INV: u32 = 6;
-    /// Fast registration (kernel consumers; ib_core's `IB_WC_REG_MR`, no libibverbs value).
-    pub const REG_MR: u32 = 8;
+    /// RDMA FLUSH (`IBV_WC_FLUSH`, `IB_UVERBS_WC_FLUSH`).
+    pub const FLUSH: u32 = 8;
+    /// ATOMIC WRITE (`IBV_WC_ATOMIC_WRITE`).
+    pub const ATOMIC_WRITE: u32 = 9;
+    /// Fast registration (kernel consumers; ib_core's `IB_WC_REG_MR`, which follows
+    /// `IB_WC_ATOMIC_WRITE`; no libibverbs value).
+    pub const REG_MR: u32 = 10;
     pub const RECV: u32 = 128;
     pub const RECV_RDMA_WITH_IMM: u32 = 129;
 }
@@ -183,11 +188,18 @@ pub mod wr_opcode {
     pub const RDMA_READ: u32 = 4;
     pub const ATOMIC_CMP_AND_SWP: u32 = 5;
     pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
-    /// Local invalidation of the fast-registered rkey in `imm_data` (kernel consumers only:
-    /// the kernel refuses it in a user ring).
+    /// Local invalidation of the key in `imm_data`: an MR of the QP's PD that may be
+    /// invalidated (a fast-registration MR, as rdma_rxe allows; an MR registered through
+    /// `reg_mr` may not be, and the WR completes with LOC_QP_OP_ERR).
     pub const LOCAL_INV: u32 = 7;
     /// SEND asking the responder to invalidate the rkey in `imm_data` (RC).
     pub const SEND_WITH_INV: u32 = 9;
+    /// RDMA FLUSH (IBTA 1.5, RC): `remote_addr`, `rkey`, length in `compare_add`, and the
+    /// FETH in `imm_data` (placement type in bits 3-0, selectivity level in bits 5-4).
+    pub const FLUSH: u32 = 14;
+    /// ATOMIC WRITE (IBTA 1.5, RC): the 8 bytes in `swap` (as they lie in memory) are placed
+    /// at `remote_addr` (8-byte aligned) under `rkey`. No SGE.
+    pub const ATOMIC_WRITE: u32 = 15;
     /// Fast registration (ib_core's `IB_WR_REG_MR`; kernel consumers only, refused in a user
     /// ring): the MR of key `rkey` (its index) becomes valid under that key for
     /// `[remote_addr, remote_addr + compare_add)` with access `swap`, over the pages mapped

@@ -324,6 +324,10 @@ where
         }
         let idx = self.sq.done;
         let e = self.sq.entry(idx);
+        if e.started && matches!(e.kind, WrKind::AtomicWrite | WrKind::Flush) {
+            self.rx_placement_response(env, pkt, psn, &e);
+            return;
+        }
         if !e.started || e.kind != WrKind::Read || !psn.in_window(e.first_psn, e.npkts) {
             self.stat(env, Stat::RxBadResponses, 1);
             return;
@@ -374,6 +378,31 @@ where
             self.complete_answered(env);
             self.complete_local_front(env);
         }
+        self.catch_up();
+        self.progress(env);
+    }
+
+    /// The answer to an ATOMIC WRITE or a FLUSH at the front: a READ RESPONSE ONLY without
+    /// payload for its PSN (as rdma_rxe answers both; its completer takes any READ response
+    /// with an ACK syndrome for an ATOMIC WRITE).
+    fn rx_placement_response<E: Env>(
+        &mut self,
+        env: &mut E,
+        pkt: &Packet<'_>,
+        psn: Psn,
+        e: &SqEntry,
+    ) {
+        if e.first_psn != psn {
+            self.stat(env, Stat::RxBadResponses, 1);
+            return;
+        }
+        if pkt.info().position != Position::Only || !pkt.payload().is_empty() {
+            self.fail_at(env, Some(psn), wc_status::BAD_RESP_ERR);
+            return;
+        }
+        self.complete_answered(env);
+        self.complete_local_front(env);
+        self.set_acked(psn.next());
         self.catch_up();
         self.progress(env);
     }

@@ -53,6 +53,42 @@ pub mod access {
     pub const REMOTE_WRITE: u32 = 1 << 1;
     pub const REMOTE_READ: u32 = 1 << 2;
     pub const REMOTE_ATOMIC: u32 = 1 << 3;
+    /// `IB_ACCESS_FLUSH_GLOBAL`: RDMA FLUSH with the global visibility placement type.
+    pub const FLUSH_GLOBAL: u32 = 1 << 8;
+    /// `IB_ACCESS_FLUSH_PERSISTENT`: RDMA FLUSH with the persistence placement type.
+    pub const FLUSH_PERSISTENT: u32 = 1 << 9;
+}
+
+/// RDMA FLUSH placement types (FETH bits 3-0; `IB_FLUSH_GLOBAL`, `IB_FLUSH_PERSISTENT`) and
+/// selectivity levels (FETH bits 5-4; `IB_FLUSH_RANGE`, `IB_FLUSH_MR`). A FLUSH WQE carries
+/// them in `imm_data` as the FETH does: `type | level << 4`.
+pub mod flush {
+    /// Placement type: global visibility.
+    pub const GLOBAL: u32 = 1 << 0;
+    /// Placement type: persistence.
+    pub const PERSISTENT: u32 = 1 << 1;
+    /// Selectivity: the byte range the RETH names.
+    pub const RANGE: u32 = 0;
+    /// Selectivity: the whole memory region the R_Key names.
+    pub const MR: u32 = 1;
+    /// Mask of the placement type in the FETH.
+    pub const TYPE_MASK: u32 = 0xf;
+    /// Shift of the selectivity level in the FETH.
+    pub const LEVEL_SHIFT: u32 = 4;
+    /// Mask of the selectivity level (after the shift).
+    pub const LEVEL_MASK: u32 = 0x3;
+
+    /// The MR rights a FLUSH of placement type `ty` needs (`IB_ACCESS_FLUSH_*`).
+    pub const fn rights(ty: u32) -> u32 {
+        let mut r = 0;
+        if ty & GLOBAL != 0 {
+            r |= super::access::FLUSH_GLOBAL;
+        }
+        if ty & PERSISTENT != 0 {
+            r |= super::access::FLUSH_PERSISTENT;
+        }
+        r
+    }
 }
 
 /// Bytes of the GRH area at the start of a UD receive buffer.
@@ -88,6 +124,19 @@ pub enum Access {
     RemoteAtomic,
 }
 
+impl Access {
+    /// The MR rights (`IB_ACCESS_*`) this access needs.
+    pub const fn rights(self) -> u32 {
+        match self {
+            Access::LocalRead => 0,
+            Access::LocalWrite => access::LOCAL_WRITE,
+            Access::RemoteRead => access::REMOTE_READ,
+            Access::RemoteWrite => access::REMOTE_WRITE,
+            Access::RemoteAtomic => access::REMOTE_ATOMIC,
+        }
+    }
+}
+
 /// Why a memory access was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemError {
@@ -108,6 +157,19 @@ pub enum AtomicOp {
     CmpSwap { compare: u64, swap: u64 },
     /// Fetch and add.
     FetchAdd { add: u64 },
+    /// ATOMIC WRITE (IBTA 1.5): the 8 bytes are stored as one, after every earlier placement
+    /// (a release store); the target needs REMOTE_WRITE, not REMOTE_ATOMIC.
+    Write { value: u64 },
+}
+
+impl AtomicOp {
+    /// The access an atomic of this kind is checked for.
+    pub const fn access(self) -> Access {
+        match self {
+            AtomicOp::Write { .. } => Access::RemoteWrite,
+            _ => Access::RemoteAtomic,
+        }
+    }
 }
 
 /// Where an emitted packet goes.
@@ -173,8 +235,21 @@ pub trait Env {
     ) -> Result<(), MemError>;
     /// Writes registered memory.
     fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError>;
-    /// Performs an atomic on registered memory; returns the original value.
+    /// Performs an atomic on registered memory (checked for [`AtomicOp::access`]); returns the
+    /// original value.
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// RDMA FLUSH: checks that `key` names a valid MR of the QP's PD with the rights `need`
+    /// (`IB_ACCESS_FLUSH_*`), and that `len` bytes at `addr` lie inside it unless `whole_mr`
+    /// (memory-region selectivity), then makes every placement done so far globally visible
+    /// (and persistent, for an MR registered for persistence).
+    fn mem_flush(
+        &mut self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        whole_mr: bool,
+        need: u32,
+    ) -> Result<(), MemError>;
     /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
     /// [`Emit::Congested`] says the path pushes back, or the packet may be lost: the engine
     /// stops sending in this call (the packet counts as sent, and the retransmit timer or the
@@ -317,8 +392,9 @@ pub struct Config {
     pub max_recv_sge: u32,
     /// The QP receives through an SRQ.
     pub has_srq: bool,
-    /// A kernel consumer's QP: local operations (fast registration, local invalidation) are
-    /// allowed in its SQ (a user ring carrying them is refused).
+    /// A kernel consumer's QP: fast registration is allowed in its SQ, and local invalidation
+    /// on every QP type (a user ring may carry LOCAL_INV on RC only, as rdma_rxe takes it, and
+    /// never REG_MR).
     pub local_ops: bool,
 }
 
@@ -349,11 +425,21 @@ pub enum WrKind {
     RegMr,
     /// Local invalidation: a local operation, no packet.
     LocalInv,
+    /// ATOMIC WRITE (IBTA 1.5): 8 bytes placed at once; answered like a READ.
+    AtomicWrite,
+    /// RDMA FLUSH (IBTA 1.5): answered like a zero-length READ.
+    Flush,
 }
 
 impl WrKind {
+    /// Answered by a response (not an ACK), and counted against `max_rd_atomic`: READs,
+    /// atomics, ATOMIC WRITE and FLUSH (rdma_rxe answers the last two with a zero-length READ
+    /// response and keeps a responder resource for each).
     fn is_rd_atomic(self) -> bool {
-        matches!(self, WrKind::Read | WrKind::CmpSwap | WrKind::FetchAdd)
+        matches!(
+            self,
+            WrKind::Read | WrKind::CmpSwap | WrKind::FetchAdd | WrKind::AtomicWrite | WrKind::Flush
+        )
     }
 
     /// Executed by the requester in SQ order, without a packet.
@@ -370,6 +456,8 @@ impl WrKind {
             WrKind::FetchAdd => wc_opcode::FETCH_ADD,
             WrKind::RegMr => wc_opcode::REG_MR,
             WrKind::LocalInv => wc_opcode::LOCAL_INV,
+            WrKind::AtomicWrite => wc_opcode::ATOMIC_WRITE,
+            WrKind::Flush => wc_opcode::FLUSH,
         }
     }
 }

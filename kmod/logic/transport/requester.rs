@@ -10,7 +10,7 @@ use crate::logic::{
     opcode::{Position, Transport},
     psn::{Psn, PSN_HALF},
     qp_state::{QpState, QpType},
-    wire::{AtomicEth, Bth, Deth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
 };
 use core::ops::DerefMut;
 
@@ -177,6 +177,8 @@ fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: boo
         (WrKind::Read, _, _) => RC_RDMA_READ_REQUEST,
         (WrKind::CmpSwap, _, _) => RC_COMPARE_SWAP,
         (WrKind::FetchAdd, _, _) => RC_FETCH_ADD,
+        (WrKind::AtomicWrite, _, _) => RC_ATOMIC_WRITE,
+        (WrKind::Flush, _, _) => RC_FLUSH,
         // Local operations send nothing (the requester never asks for their opcode).
         (WrKind::RegMr | WrKind::LocalInv, _, _) => RC_SEND_ONLY,
     };
@@ -361,7 +363,11 @@ where
         let w = wqe::decode_send_wqe(self.sq.slot(idx)).ok_or(wc_status::LOC_QP_OP_ERR)?;
         match kind {
             WrKind::RegMr => env.mr_register(w.rkey, w.remote_addr, w.compare_add, w.swap as u32),
-            _ => env.mr_invalidate(w.imm_data, false),
+            // A key that cannot be invalidated (unknown, another PD's, an MR registered
+            // through reg_mr): LOC_QP_OP_ERR, as rdma_rxe completes it.
+            _ => env
+                .mr_invalidate(w.imm_data, false)
+                .map_err(|_| wc_status::LOC_QP_OP_ERR),
         }
     }
 
@@ -414,6 +420,8 @@ where
                     .ok_or(wc_status::GENERAL_ERR)?;
                 (s.position, s.offset, s.len)
             }
+            // The 8 bytes travel in the WQE (`swap`), not in an SGE.
+            WrKind::AtomicWrite => (Position::Only, 0, 8),
             _ => (Position::Only, 0, 0),
         };
         let opc = request_opcode(t, e.kind, pos, e.imm, e.inv);
@@ -493,6 +501,13 @@ where
                 },
             });
         }
+        if info.headers.has(opcode::Ext::Feth) {
+            h.feth = Some(Feth {
+                placement_type: (w.imm_data & super::flush::TYPE_MASK) as u8,
+                selectivity: ((w.imm_data >> super::flush::LEVEL_SHIFT) & super::flush::LEVEL_MASK)
+                    as u8,
+            });
+        }
         if info.headers.has(opcode::Ext::ImmDt) {
             h.immdt = Some(ImmDt {
                 imm: u32::from_be_bytes(w.imm_data.to_ne_bytes()),
@@ -525,6 +540,10 @@ where
             });
         }
         let len = super::assemble(scratch, &h, pay_len as usize, |buf| {
+            if e.kind == WrKind::AtomicWrite {
+                buf.copy_from_slice(&w.swap.to_ne_bytes());
+                return Ok(());
+            }
             src.gather(env, u64::from(pay_off), buf)
         })?;
         let dest = if cfg.qp_type == QpType::Ud {

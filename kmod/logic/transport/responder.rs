@@ -4,8 +4,8 @@
 //! resources, and sends ACKs, NAKs and responses in PSN order.
 
 use super::{
-    access, cqe, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit, Engine,
-    Env, Event, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
+    access, cqe, flush, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit,
+    Engine, Env, Event, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -28,6 +28,10 @@ pub enum ResKind {
     Read,
     /// An atomic: its acknowledge carries `orig`, the value before it was executed.
     Atomic,
+    /// An ATOMIC WRITE or a FLUSH (IBTA 1.5): answered with a READ RESPONSE ONLY without
+    /// payload, as rdma_rxe answers them; a duplicate gets the answer again and is not
+    /// executed again (oA19-14, oA19-15).
+    Placement,
 }
 
 /// A responder resource (IBTA 9.7.5.1.6): one received READ or atomic, kept so that a
@@ -605,6 +609,8 @@ where
             Operation::Send | Operation::RdmaWrite => self.rx_send_write(env, scratch, pkt),
             Operation::RdmaReadRequest if rc => self.rx_read(env, scratch, pkt),
             Operation::CompareSwap | Operation::FetchAdd if rc => self.rx_atomic(env, scratch, pkt),
+            Operation::AtomicWrite if rc => self.rx_atomic_write(env, scratch, pkt),
+            Operation::Flush if rc => self.rx_flush(env, scratch, pkt),
             _ => {
                 self.stat(env, Stat::RxBadHeaders, 1);
                 if rc {
@@ -962,6 +968,107 @@ where
         };
     }
 
+    /// Records an executed ATOMIC WRITE or FLUSH at `psn` in resource `i`: its answer is owed.
+    fn record_placement(&mut self, i: usize, psn: Psn, rkey: u32, va: u64) {
+        self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
+        self.resp.epsn = psn.next();
+        self.resp.res[i] = Resource {
+            kind: ResKind::Placement,
+            psn,
+            count: 1,
+            rkey,
+            va,
+            len: 0,
+            orig: 0,
+            msn: self.resp.msn,
+            next: 0,
+            first: 0,
+            replays_left: 0,
+            refilled_ms: 0,
+            high: 0,
+            replayed: false,
+        };
+    }
+
+    /// ATOMIC WRITE (IBTA 1.5 A19.4): the 8-byte payload is placed at the RETH address in one
+    /// store, after everything placed before it. The QP and the MR need REMOTE_WRITE (as
+    /// rdma_rxe checks); the payload and the RETH length must be exactly 8 bytes (oA19-28) and
+    /// the address 8-byte aligned, or the request is invalid.
+    fn rx_atomic_write<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        let Some(reth) = pkt.reth() else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        let payload = pkt.payload();
+        let Ok(bytes) = <[u8; 8]>::try_from(payload) else {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        };
+        if reth.len != 8 || pkt.bth().pad != 0 || reth.va % 8 != 0 {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        }
+        if self.cfg.access & access::REMOTE_WRITE == 0
+            || env
+                .mem_check(reth.rkey, reth.va, 8, Access::RemoteWrite)
+                .is_err()
+        {
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        let Some(i) = self.res_slot() else {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        };
+        let op = AtomicOp::Write {
+            value: u64::from_ne_bytes(bytes),
+        };
+        if env.mem_atomic(reth.rkey, reth.va, op).is_err() {
+            self.resp.res_len -= 1;
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        self.record_placement(i, psn, reth.rkey, reth.va);
+    }
+
+    /// RDMA FLUSH (IBTA 1.5 A19.3): what was placed before it becomes globally visible (and
+    /// persistent) in the byte range of the RETH, or in the whole MR of its R_Key. The QP and
+    /// the MR need the `IB_ACCESS_FLUSH_*` right of each placement type asked for (as rdma_rxe
+    /// checks); an unknown placement type or selectivity level is an invalid request.
+    fn rx_flush<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        let (Some(reth), Some(feth)) = (pkt.reth(), pkt.feth()) else {
+            self.stat(env, Stat::RxBadHeaders, 1);
+            return;
+        };
+        let ty = u32::from(feth.placement_type);
+        let level = u32::from(feth.selectivity);
+        if ty == 0 || ty & !(flush::GLOBAL | flush::PERSISTENT) != 0 || level > flush::MR {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        }
+        let need = flush::rights(ty);
+        if self.cfg.access & need != need {
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        let Some(i) = self.res_slot() else {
+            self.fail(env, scratch, psn, Fault::Invalid, None);
+            return;
+        };
+        let whole = level == flush::MR;
+        if env
+            .mem_flush(reth.rkey, reth.va, u64::from(reth.len), whole, need)
+            .is_err()
+        {
+            self.resp.res_len -= 1;
+            self.remote_access_error(env, scratch, psn, true);
+            return;
+        }
+        self.record_placement(i, psn, reth.rkey, reth.va);
+    }
+
     /// A request below the expected PSN (its answer was lost, or the packet was duplicated).
     fn rx_duplicate<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>) {
         let psn = pkt.bth().psn;
@@ -973,6 +1080,21 @@ where
         };
         self.resp.sweep_next = Some((psn.next(), paid));
         match pkt.info().op {
+            Operation::AtomicWrite | Operation::Flush => {
+                // Answered again from its resource, never executed again.
+                let rkey = pkt.reth().map(|r| r.rkey);
+                let Some((_, i)) = self.resp.find(psn) else {
+                    self.stat(env, Stat::DuplicateNoResource, 1);
+                    return;
+                };
+                let r = &mut self.resp.res[i];
+                if r.kind != ResKind::Placement || r.psn != psn || rkey != Some(r.rkey) {
+                    self.stat(env, Stat::DuplicateNoResource, 1);
+                    return;
+                }
+                r.next = 0;
+                r.first = 0;
+            }
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
                 let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
                 let Some((k, i)) = self.resp.find(psn) else {
@@ -983,7 +1105,7 @@ where
                 let read = pkt.info().op == Operation::RdmaReadRequest;
                 // Only what was recorded is answered again, and only to a request that names it.
                 if rkey != Some(r.rkey)
-                    || read != (r.kind == ResKind::Read)
+                    || r.kind != (if read { ResKind::Read } else { ResKind::Atomic })
                     || (!read && r.psn != psn)
                 {
                     self.stat(env, Stat::DuplicateNoResource, 1);

@@ -3,7 +3,7 @@
 //! in the engine's private slots, their validation, and the gather/scatter between a message
 //! and an SGE list.
 
-use super::{send_flags, wc_status, wr_opcode, Access, Config, Env, WrKind, MAX_MSG};
+use super::{flush, send_flags, wc_status, wr_opcode, Access, Config, Env, WrKind, MAX_MSG};
 use crate::logic::{limits::MAX_SGE, qp_state::QpType};
 use crate::uapi::{RecvWqe, SendWqe, Sge};
 use core::mem::{offset_of, size_of};
@@ -233,6 +233,8 @@ pub(super) fn kind_of_opcode(opcode: u32) -> WrKind {
         wr_opcode::ATOMIC_FETCH_AND_ADD => WrKind::FetchAdd,
         wr_opcode::REG_MR => WrKind::RegMr,
         wr_opcode::LOCAL_INV => WrKind::LocalInv,
+        wr_opcode::ATOMIC_WRITE => WrKind::AtomicWrite,
+        wr_opcode::FLUSH => WrKind::Flush,
         _ => WrKind::Send,
     }
 }
@@ -260,9 +262,49 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         (wr_opcode::ATOMIC_FETCH_AND_ADD, QpType::Rc) => WrKind::FetchAdd,
         (wr_opcode::SEND_WITH_INV, QpType::Rc) => WrKind::Send,
         (wr_opcode::REG_MR, _) if cfg.local_ops => WrKind::RegMr,
+        // A user ring may carry LOCAL_INV on RC (as rdma_rxe takes it); a kernel consumer's on
+        // any QP type.
+        (wr_opcode::LOCAL_INV, QpType::Rc) => WrKind::LocalInv,
         (wr_opcode::LOCAL_INV, _) if cfg.local_ops => WrKind::LocalInv,
+        (wr_opcode::ATOMIC_WRITE, QpType::Rc) => WrKind::AtomicWrite,
+        (wr_opcode::FLUSH, QpType::Rc) => WrKind::Flush,
         _ => return Err(wc_status::LOC_QP_OP_ERR),
     };
+    let signaled = cfg.sq_sig_all || w.send_flags & send_flags::SIGNALED != 0;
+    let fence = w.send_flags & send_flags::FENCE != 0;
+    if matches!(kind, WrKind::AtomicWrite | WrKind::Flush) {
+        // No data source: the 8 bytes of an ATOMIC WRITE travel in the WQE, and a FLUSH has no
+        // payload (oA19-2).
+        if w.num_sge != 0 || w.send_flags & send_flags::INLINE != 0 {
+            return Err(wc_status::LOC_QP_OP_ERR);
+        }
+        let len = if kind == WrKind::AtomicWrite {
+            // IBA A19.4.2: an 8-byte aligned target.
+            if w.remote_addr % 8 != 0 {
+                return Err(wc_status::LOC_LEN_ERR);
+            }
+            8
+        } else {
+            let ty = w.imm_data & flush::TYPE_MASK;
+            let level = w.imm_data >> flush::LEVEL_SHIFT;
+            if ty == 0
+                || ty & !(flush::GLOBAL | flush::PERSISTENT) != 0
+                || level > flush::MR
+                || w.imm_data & !(flush::TYPE_MASK | flush::LEVEL_MASK << flush::LEVEL_SHIFT) != 0
+            {
+                return Err(wc_status::LOC_QP_OP_ERR);
+            }
+            u32::try_from(w.compare_add).map_err(|_| wc_status::LOC_LEN_ERR)?
+        };
+        return Ok(Checked {
+            kind,
+            len,
+            imm: false,
+            inv: false,
+            signaled,
+            fence,
+        });
+    }
     if kind.is_local() {
         // No data: the fields name the MR (see `wr_opcode::REG_MR`).
         return Ok(Checked {
@@ -270,8 +312,8 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
             len: 0,
             imm: false,
             inv: false,
-            signaled: cfg.sq_sig_all || w.send_flags & send_flags::SIGNALED != 0,
-            fence: w.send_flags & send_flags::FENCE != 0,
+            signaled,
+            fence,
         });
     }
     let inv = w.opcode == wr_opcode::SEND_WITH_INV;
@@ -309,8 +351,8 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         len: if atomic { 8 } else { len as u32 },
         imm,
         inv,
-        signaled: cfg.sq_sig_all || w.send_flags & send_flags::SIGNALED != 0,
-        fence: w.send_flags & send_flags::FENCE != 0,
+        signaled,
+        fence,
     })
 }
 

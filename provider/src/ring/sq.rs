@@ -9,7 +9,10 @@ use std::sync::Mutex;
 use rrxe_uapi::{send_slot_size, RingInfo, SendWqe, Sge, SQ_FLAG_KERNEL_BUSY};
 
 use super::mem::{Geometry, Mapping, Ring};
-use super::wqe::{check_atomic, check_inline_len, check_send_scalars, has_imm, Remote};
+use super::wqe::{
+    check_atomic, check_atomic_write, check_inline_len, check_send_scalars, has_imm, has_inv,
+    Remote,
+};
 use super::{lock, RingError};
 use crate::abi::{
     ibv_ah, ibv_send_wr, ibv_sge, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
@@ -304,7 +307,8 @@ impl SqRing {
     ///
     /// # Safety
     /// `w.sg_list` must be valid for `w.num_sge` entries when `num_sge > 0` and the pointer
-    /// is not NULL.
+    /// is not NULL; for an inline WR (and an ATOMIC WRITE, always inline) each SGE's `addr`
+    /// must be readable for its `length` bytes.
     unsafe fn encode<'a>(
         &self,
         w: &'a ibv_send_wr,
@@ -329,15 +333,72 @@ impl SqRing {
             num_sge: if inline { 0 } else { sges.len() as u32 },
             ..SendWqe::default()
         };
-        if inline {
+        if inline && remote != Remote::AtomicWrite {
             hdr.inline_len = check_inline_len(total, caps.max_inline)?;
         }
-        if has_imm(w.opcode) {
-            // SAFETY: a union of two `u32`s; any bits are valid.
+        if has_imm(w.opcode) || has_inv(w.opcode) || remote == Remote::Flush {
+            // SAFETY: a union of two `u32`s (`imm_data`, `invalidate_rkey`); any bits are valid.
             hdr.imm_data = unsafe { w.__bindgen_anon_1.imm_data };
         }
         match remote {
             Remote::None => {}
+            Remote::LocalInv => {
+                // No data: the WQE names the key only.
+                hdr.send_flags &= !IBV_SEND_INLINE;
+                hdr.num_sge = 0;
+                hdr.inline_len = 0;
+                return Ok(Encoded {
+                    hdr,
+                    sges: &[],
+                    inline: false,
+                });
+            }
+            Remote::AtomicWrite => {
+                // SAFETY: as below (integers only).
+                let r = unsafe { w.wr.rdma };
+                check_atomic_write(r.remote_addr, total)?;
+                let mut value = [0u8; 8];
+                let mut off = 0;
+                for s in sges.iter().filter(|s| s.length != 0) {
+                    let len = s.length as usize;
+                    // SAFETY: the WR's inline source, readable for `len` bytes (contract);
+                    // the lengths add up to 8 (checked above).
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(
+                            core::ptr::with_exposed_provenance::<u8>(s.addr as usize),
+                            value.as_mut_ptr().add(off),
+                            len,
+                        );
+                    }
+                    off += len;
+                }
+                hdr.remote_addr = r.remote_addr;
+                hdr.rkey = r.rkey;
+                hdr.swap = u64::from_ne_bytes(value);
+                // The value travels in the header: no body.
+                hdr.send_flags &= !IBV_SEND_INLINE;
+                hdr.num_sge = 0;
+                hdr.inline_len = 0;
+                return Ok(Encoded {
+                    hdr,
+                    sges: &[],
+                    inline: false,
+                });
+            }
+            Remote::Flush => {
+                // SAFETY: as below (integers only).
+                let a = unsafe { w.wr.atomic };
+                let feth = hdr.imm_data;
+                let (ty, level) = (feth & 0xf, feth >> 4);
+                if ty == 0 || ty & !3 != 0 || level > 1 || a.compare_add > u64::from(u32::MAX) {
+                    return Err(RingError::Invalid(
+                        "FLUSH: bad placement type or level, or a length above 4 GiB - 1",
+                    ));
+                }
+                hdr.remote_addr = a.remote_addr;
+                hdr.rkey = a.rkey;
+                hdr.compare_add = a.compare_add;
+            }
             Remote::Ud => {
                 // SAFETY: a union of plain structs (pointers and integers); any bits are
                 // valid, and the AH pointer is only passed to `hooks`, never dereferenced here.

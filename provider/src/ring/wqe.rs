@@ -9,14 +9,22 @@ use super::RingError;
 use crate::abi::{
     ibv_wc, ibv_wc__bindgen_ty_1, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_FENCE,
     IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP,
-    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM,
-    IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ,
+    IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_WR_SEND_WITH_INV,
 };
 
+/// `IBV_WR_FLUSH` (`IB_UVERBS_WR_FLUSH`; rdma-core 45's value): rdma-core 44 has neither the
+/// opcode nor `ibv_wr_flush`, so rrxe takes RDMA FLUSH through `ibv_post_send`, with its
+/// fields in `wr.atomic`: `remote_addr`, `rkey`, the length in `compare_add`, and in
+/// `invalidate_rkey` (the `imm_data` union) the placement type (`IB_FLUSH_GLOBAL` 1,
+/// `IB_FLUSH_PERSISTENT` 2, or both) in bits 3-0 and the selectivity level (`IB_FLUSH_RANGE`
+/// 0, `IB_FLUSH_MR` 1) in bits 5-4, as the FETH carries them. No SGE, not inline.
+pub const IBV_WR_FLUSH: u32 = 14;
+
 /// The `ibv_wr_opcode`s a send WQE may carry (on an RC QP; see [`opcode_allowed`]). The rest
-/// (`LOCAL_INV`, `BIND_MW`, `SEND_WITH_INV`, `TSO`, `DRIVER1`, `ATOMIC_WRITE`, unknown values)
-/// are refused with `EINVAL`.
-pub const SUPPORTED_SEND_OPCODES: [u32; 7] = [
+/// (`BIND_MW`, `TSO`, `DRIVER1`, unknown values) are refused with `EINVAL`.
+pub const SUPPORTED_SEND_OPCODES: [u32; 11] = [
     IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM,
     IBV_WR_SEND,
@@ -24,6 +32,10 @@ pub const SUPPORTED_SEND_OPCODES: [u32; 7] = [
     IBV_WR_RDMA_READ,
     IBV_WR_ATOMIC_CMP_AND_SWP,
     IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_LOCAL_INV,
+    IBV_WR_SEND_WITH_INV,
+    IBV_WR_FLUSH,
+    IBV_WR_ATOMIC_WRITE,
 ];
 
 /// The `IBV_SEND_*` flags a send WR may carry; any other bit (`IP_CSUM`, which the device
@@ -31,8 +43,9 @@ pub const SUPPORTED_SEND_OPCODES: [u32; 7] = [
 pub const SUPPORTED_SEND_FLAGS: u32 =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
 
-/// Whether a QP of `qp_type` may post `opcode`: UD only sends, UC no RDMA READ and no
-/// atomics, RC everything in [`SUPPORTED_SEND_OPCODES`]; other QP types nothing.
+/// Whether a QP of `qp_type` may post `opcode`: UD only sends, UC no RDMA READ, no atomics,
+/// no invalidation and no IBA 1.5 placement, RC everything in [`SUPPORTED_SEND_OPCODES`];
+/// other QP types nothing.
 pub fn opcode_allowed(qp_type: u32, opcode: u32) -> bool {
     match qp_type {
         IBV_QPT_RC => SUPPORTED_SEND_OPCODES.contains(&opcode),
@@ -56,6 +69,15 @@ pub(crate) enum Remote {
     Rdma,
     /// `wr.atomic`.
     Atomic,
+    /// The key to invalidate in `invalidate_rkey` (LOCAL_INV: the SGE list is checked as for
+    /// any WR but not used, as rdma_rxe ignores it).
+    LocalInv,
+    /// `wr.rdma`, and the 8 bytes to place as the WR's inline data (ATOMIC WRITE, as rdma_rxe
+    /// takes them from its inline area).
+    AtomicWrite,
+    /// `wr.atomic`: `remote_addr`, `rkey`, the length in `compare_add`, and the FETH (placement
+    /// type, selectivity level << 4) in `invalidate_rkey` (see [`IBV_WR_FLUSH`]).
+    Flush,
 }
 
 /// The checks of a send WR that need only its scalar fields. `num_sge` is checked against
@@ -80,13 +102,29 @@ pub(crate) fn check_send_scalars(
     let inline = send_flags & IBV_SEND_INLINE != 0;
     let remote = match opcode {
         _ if qp_type == IBV_QPT_UD => Remote::Ud,
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => Remote::None,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV => Remote::None,
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => Remote::Rdma,
         IBV_WR_RDMA_READ => Remote::Rdma,
+        IBV_WR_LOCAL_INV => Remote::LocalInv,
+        IBV_WR_ATOMIC_WRITE => Remote::AtomicWrite,
+        IBV_WR_FLUSH => Remote::Flush,
         _ => Remote::Atomic,
     };
     if inline && (opcode == IBV_WR_RDMA_READ || remote == Remote::Atomic) {
         return Err(RingError::Invalid("inline RDMA READ or atomic"));
+    }
+    match remote {
+        // The 8 bytes are the WR's inline data (rdma_rxe's `atomic_wr` is its inline area).
+        Remote::AtomicWrite if !inline => {
+            return Err(RingError::Invalid(
+                "ATOMIC WRITE without its 8 bytes inline",
+            ));
+        }
+        Remote::AtomicWrite => return Ok(remote),
+        Remote::Flush if inline || n != 0 => {
+            return Err(RingError::Invalid("FLUSH with data"));
+        }
+        _ => {}
     }
     if !inline && n > max_sge {
         return Err(RingError::Invalid("num_sge above the QP's max_send_sge"));
@@ -118,6 +156,22 @@ pub(crate) fn check_atomic(remote_addr: u64, total_len: u64) -> Result<(), RingE
 /// Whether `opcode` carries immediate data.
 pub(crate) fn has_imm(opcode: u32) -> bool {
     matches!(opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM)
+}
+
+/// Whether `opcode` names a key to invalidate (`invalidate_rkey`, the union member of
+/// `imm_data`).
+pub(crate) fn has_inv(opcode: u32) -> bool {
+    matches!(opcode, IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV)
+}
+
+/// An ATOMIC WRITE needs an 8-byte aligned remote address and exactly 8 bytes of data.
+pub(crate) fn check_atomic_write(remote_addr: u64, total_len: u64) -> Result<(), RingError> {
+    if !remote_addr.is_multiple_of(8) || total_len != 8 {
+        return Err(RingError::Invalid(
+            "ATOMIC WRITE: unaligned remote address or data other than 8 bytes",
+        ));
+    }
+    Ok(())
 }
 
 /// A CQE as libibverbs' `struct ibv_wc`: a field-for-field copy (the kernel already writes

@@ -265,6 +265,9 @@ fn access_flags_accept_remote_bits_local_write_and_the_optional_range_only() {
         access::LOCAL_WRITE,
         access::RELAXED_ORDERING | access::REMOTE_READ,
         access::OPTIONAL,
+        // RDMA FLUSH placement types the responder allows (rdma_rxe checks them on the QP).
+        access::FLUSH_GLOBAL | access::REMOTE_WRITE,
+        access::FLUSH_GLOBAL | access::FLUSH_PERSISTENT,
     ];
     for flags in ok {
         assert_eq!(
@@ -277,8 +280,6 @@ fn access_flags_accept_remote_bits_local_write_and_the_optional_range_only() {
         access::ZERO_BASED,
         access::ON_DEMAND,
         access::HUGETLB,
-        access::FLUSH_GLOBAL,
-        access::FLUSH_PERSISTENT,
         1 << 10,
         1 << 19,
         1 << 30,
@@ -455,7 +456,7 @@ proptest! {
             field_case(AttrMask::PKEY_INDEX, |r, v| r.pkey_index = v as u16, |v| v == 0,
                 any::<u16>().prop_map(u32::from)),
             field_case(AttrMask::ACCESS_FLAGS, |r, v| r.qp_access_flags = v,
-                |v| v & !(0xf | 0x3ff0_0000) == 0, prop_oneof![0u32..0x400, any::<u32>()]),
+                |v| v & !(0xf | 0x300 | 0x3ff0_0000) == 0, prop_oneof![0u32..0x400, any::<u32>()]),
         ],
     ) {
         let mut r = good(bit, QpState::Rts);

@@ -34,6 +34,9 @@ impl Env for RacingRq {
     fn mem_atomic(&mut self, _: u32, _: u64, _: AtomicOp) -> Result<u64, MemError> {
         Err(MemError::BadKey)
     }
+    fn mem_flush(&mut self, _: u32, _: u64, _: u64, _: bool, _: u32) -> Result<(), MemError> {
+        Err(MemError::BadKey)
+    }
     fn emit(&mut self, _: &[u8], _: Dest) -> Emit {
         Emit::Sent
     }

@@ -54,3 +54,19 @@ struct ibv_cq_ex *vt_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 {
 	return ibv_create_cq_ex(ctx, attr);
 }
+
+/* rrxe-iba15: device capabilities beyond 32 bits, memory windows (the rdma_rxe peer). */
+int vt_query_device_ex(struct ibv_context *ctx, struct ibv_device_attr_ex *attr)
+{
+	return ibv_query_device_ex(ctx, NULL, attr);
+}
+
+struct ibv_mw *vt_alloc_mw(struct ibv_pd *pd, int type)
+{
+	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
+}
+
+int vt_dealloc_mw(struct ibv_mw *mw)
+{
+	return ibv_dealloc_mw(mw);
+}

@@ -12,8 +12,9 @@ use rrxe_uapi::{Cqe, RecvWqe, RingHeader, RingInfo, SendWqe, Sge, RING_HEADER_SI
 use crate::abi::{
     ibv_ah, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
-    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_LOCAL_INV,
+    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
 };
 use crate::ring::{CqRing, RqRing, SendHooks, SqCaps, SqRing};
 
@@ -442,7 +443,7 @@ impl SendList {
             };
             w.__bindgen_anon_1.imm_data = s.imm;
             match s.opcode {
-                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD | IBV_WR_FLUSH => {
                     w.wr.atomic.remote_addr = s.remote_addr;
                     w.wr.atomic.rkey = s.rkey;
                     w.wr.atomic.compare_add = s.compare_add;
@@ -650,7 +651,10 @@ pub fn post_recv(rq: &RqRing, l: &RecvList) -> (c_int, Option<usize>) {
 // ---------------------------------------------------------------------------------------------
 // Oracles: written from the brief, independently of `ring::wqe`.
 
-pub const ALL_WR_OPCODES: [u32; 13] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 15];
+/// `IBV_WR_FLUSH` (rdma-core 45's value; rdma-core 44 lacks it).
+pub const IBV_WR_FLUSH: u32 = 14;
+
+pub const ALL_WR_OPCODES: [u32; 14] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15];
 
 /// Which opcodes each QP type takes (the brief's table).
 pub fn oracle_opcode_ok(qp_type: u32, op: u32) -> bool {
@@ -662,6 +666,10 @@ pub fn oracle_opcode_ok(qp_type: u32, op: u32) -> bool {
         IBV_WR_RDMA_READ,
         IBV_WR_ATOMIC_CMP_AND_SWP,
         IBV_WR_ATOMIC_FETCH_AND_ADD,
+        IBV_WR_LOCAL_INV,
+        IBV_WR_SEND_WITH_INV,
+        IBV_WR_ATOMIC_WRITE,
+        IBV_WR_FLUSH,
     ];
     match qp_type {
         IBV_QPT_RC => rc.contains(&op),
@@ -685,6 +693,29 @@ pub fn oracle_valid(s: &SendSpec, caps: &SqCaps) -> bool {
         .iter()
         .map(|g| g.data.as_ref().map_or(g.length, |d| d.len() as u32) as u64)
         .sum();
+    if s.opcode == IBV_WR_FLUSH {
+        // Fields in wr.atomic, the FETH in imm_data: a placement type of 1..=3, a level of
+        // 0..=1; a 32-bit length; no data.
+        let (ty, level) = (s.imm & 0xf, s.imm >> 4);
+        return oracle_opcode_ok(caps.qp_type, s.opcode)
+            && s.flags & !ok_flags == 0
+            && !inline
+            && n == 0
+            && (1..=3).contains(&ty)
+            && level <= 1
+            && s.compare_add <= u64::from(u32::MAX);
+    }
+    if s.opcode == IBV_WR_ATOMIC_WRITE {
+        // The 8 bytes come inline (rdma_rxe's atomic_wr is its inline area), whatever
+        // max_inline_data is; the address is 8-byte aligned.
+        return oracle_opcode_ok(caps.qp_type, s.opcode)
+            && s.flags & !ok_flags == 0
+            && n >= 0
+            && !(n > 0 && s.null_sg_list)
+            && inline
+            && total == 8
+            && s.remote_addr.is_multiple_of(8);
+    }
     oracle_opcode_ok(caps.qp_type, s.opcode)
         && s.flags & !ok_flags == 0
         && n >= 0
@@ -705,8 +736,48 @@ pub fn oracle_wqe(s: &SendSpec, qp_type: u32) -> SentWqe {
         send_flags: s.flags,
         ..Default::default()
     };
-    if s.opcode == IBV_WR_SEND_WITH_IMM || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM {
+    if matches!(
+        s.opcode,
+        IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV
+    ) {
         hdr.imm_data = s.imm;
+    }
+    if s.opcode == IBV_WR_FLUSH && qp_type == IBV_QPT_RC {
+        hdr.imm_data = s.imm;
+        hdr.remote_addr = s.remote_addr;
+        hdr.rkey = s.rkey;
+        hdr.compare_add = s.compare_add;
+        return SentWqe {
+            hdr,
+            sges: Vec::new(),
+            inline: Vec::new(),
+        };
+    }
+    if s.opcode == IBV_WR_LOCAL_INV && qp_type != IBV_QPT_UD {
+        // The key only: no body.
+        hdr.send_flags &= !IBV_SEND_INLINE;
+        return SentWqe {
+            hdr,
+            sges: Vec::new(),
+            inline: Vec::new(),
+        };
+    }
+    if s.opcode == IBV_WR_ATOMIC_WRITE && qp_type != IBV_QPT_UD {
+        // The value travels in `swap`: no body.
+        let data: Vec<u8> = s
+            .sges
+            .iter()
+            .flat_map(|g| g.data.clone().unwrap_or_default())
+            .collect();
+        hdr.send_flags &= !IBV_SEND_INLINE;
+        hdr.remote_addr = s.remote_addr;
+        hdr.rkey = s.rkey;
+        hdr.swap = u64::from_ne_bytes(data.try_into().expect("8 bytes"));
+        return SentWqe {
+            hdr,
+            sges: Vec::new(),
+            inline: Vec::new(),
+        };
     }
     if qp_type == IBV_QPT_UD {
         hdr.ah_num = s.ah.unwrap();

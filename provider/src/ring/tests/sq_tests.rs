@@ -48,6 +48,10 @@ fn opcode_table_per_qp_type() {
                 IBV_WR_RDMA_READ,
                 CAS,
                 FAA,
+                IBV_WR_LOCAL_INV,
+                IBV_WR_SEND_WITH_INV,
+                IBV_WR_ATOMIC_WRITE,
+                IBV_WR_FLUSH,
             ],
         ),
         (
@@ -66,7 +70,18 @@ fn opcode_table_per_qp_type() {
             let want = ok.contains(&op);
             assert_eq!(opcode_allowed(qpt, op), want, "qp type {qpt} opcode {op}");
             let (_m, sq) = sq_ring(4, caps(qpt), 0);
-            let l = SendList::for_qp(qpt, &[spec(1, op)]);
+            let mut sp = spec(1, op);
+            if op == IBV_WR_ATOMIC_WRITE {
+                // Its 8 bytes inline.
+                sp.flags |= IBV_SEND_INLINE;
+                sp.sges = vec![SgeSpec::bytes(&[1; 8])];
+            }
+            if op == IBV_WR_FLUSH {
+                // No data; global visibility of a range.
+                sp.sges = vec![];
+                sp.imm = 1;
+            }
+            let l = SendList::for_qp(qpt, &[sp]);
             let (rc, bad, db) = post(&sq, &l);
             if want {
                 assert_eq!((rc, bad, db), (0, None, 1), "qp type {qpt} opcode {op}");
@@ -85,14 +100,7 @@ fn opcode_table_per_qp_type() {
 
 #[test]
 fn unsupported_opcodes_are_einval() {
-    for op in [
-        IBV_WR_LOCAL_INV,
-        IBV_WR_BIND_MW,
-        IBV_WR_SEND_WITH_INV,
-        IBV_WR_TSO,
-        IBV_WR_DRIVER1,
-        IBV_WR_ATOMIC_WRITE,
-    ] {
+    for op in [IBV_WR_BIND_MW, IBV_WR_TSO, IBV_WR_DRIVER1] {
         let (m, sq) = sq_ring(4, RC, 0);
         let l = SendList::new(&[spec(1, IBV_WR_SEND), spec(2, op), spec(3, IBV_WR_SEND)]);
         assert_eq!(post(&sq, &l), (libc::EINVAL, Some(1), 1), "opcode {op}");
@@ -108,6 +116,8 @@ fn every_field_reaches_the_kernel() {
         for op in ALL_WR_OPCODES
             .into_iter()
             .filter(|&op| oracle_opcode_ok(qpt, op))
+            // No body reaches the kernel for these (tested below).
+            .filter(|&op| ![IBV_WR_LOCAL_INV, IBV_WR_ATOMIC_WRITE, IBV_WR_FLUSH].contains(&op))
         {
             let mut s = spec(0x1234_5678_9abc_def0, op);
             s.flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_FENCE;
@@ -137,7 +147,9 @@ fn every_field_reaches_the_kernel() {
                     lkey: 0xa
                 }
             );
-            let imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+            let imm = op == IBV_WR_SEND_WITH_IMM
+                || op == IBV_WR_RDMA_WRITE_WITH_IMM
+                || op == IBV_WR_SEND_WITH_INV;
             assert_eq!(got.hdr.imm_data, if imm { 0xdead_beef } else { 0 });
             if qpt == IBV_QPT_UD {
                 assert_eq!(
@@ -494,4 +506,99 @@ fn wqe_header_layout_is_the_abi() {
     assert_eq!(&raw[80..84], &0x10u32.to_ne_bytes());
     assert_eq!(&raw[84..88], &0x20u32.to_ne_bytes());
     let _ = IBV_SEND_INLINE;
+}
+
+#[test]
+fn invalidation_and_atomic_write_wqes() {
+    // LOCAL_INV: the key in imm_data, no body (its SGE list is not used); SEND_WITH_INV: the
+    // key in imm_data and the data as for a SEND.
+    let (m, sq) = sq_ring(4, RC, 0);
+    let mut inv = spec(1, IBV_WR_LOCAL_INV);
+    inv.imm = 0x1234_5601;
+    let mut sinv = spec(2, IBV_WR_SEND_WITH_INV);
+    sinv.imm = 0x1234_5602;
+    // ATOMIC WRITE: the 8 inline bytes go to `swap`, no body, INLINE cleared; max_inline
+    // does not bound them.
+    let mut aw = spec(3, IBV_WR_ATOMIC_WRITE);
+    aw.flags |= IBV_SEND_INLINE;
+    aw.sges = vec![SgeSpec::bytes(&[1, 2, 3]), SgeSpec::bytes(&[4, 5, 6, 7, 8])];
+    aw.remote_addr = 0x9008;
+    let l = SendList::new(&[inv.clone(), sinv.clone(), aw.clone()]);
+    assert_eq!(post(&sq, &l), (0, None, 1));
+    let mut k = Kernel::consumer_of(&m);
+    let got = k.pop_send().unwrap();
+    assert_eq!(
+        (got.hdr.opcode, got.hdr.imm_data),
+        (IBV_WR_LOCAL_INV, 0x1234_5601)
+    );
+    assert!(got.sges.is_empty() && got.hdr.num_sge == 0);
+    let got = k.pop_send().unwrap();
+    assert_eq!(got, oracle_wqe(&sinv, IBV_QPT_RC));
+    assert_eq!((got.hdr.imm_data, got.hdr.num_sge), (0x1234_5602, 1));
+    let got = k.pop_send().unwrap();
+    assert_eq!(got, oracle_wqe(&aw, IBV_QPT_RC));
+    assert_eq!(got.hdr.swap, u64::from_ne_bytes([1, 2, 3, 4, 5, 6, 7, 8]));
+    assert_eq!((got.hdr.remote_addr, got.hdr.rkey), (0x9008, 0x55));
+    assert_eq!(got.hdr.send_flags & IBV_SEND_INLINE, 0);
+    assert!(got.sges.is_empty() && got.inline.is_empty());
+
+    // ATOMIC WRITE refusals: not inline, not 8 bytes, unaligned.
+    for (flags, data, addr) in [
+        (0, &[0u8; 8][..], 0x9000u64),
+        (IBV_SEND_INLINE, &[0u8; 7][..], 0x9000),
+        (IBV_SEND_INLINE, &[0u8; 9][..], 0x9000),
+        (IBV_SEND_INLINE, &[0u8; 8][..], 0x9004),
+    ] {
+        let (_m, sq) = sq_ring(4, RC, 0);
+        let mut aw = spec(1, IBV_WR_ATOMIC_WRITE);
+        aw.flags |= flags;
+        aw.sges = vec![SgeSpec::bytes(data)];
+        aw.remote_addr = addr;
+        assert_eq!(
+            post(&sq, &SendList::new(&[aw])),
+            (libc::EINVAL, Some(0), 0),
+            "{flags:#x} {} {addr:#x}",
+            data.len()
+        );
+    }
+    // FLUSH: wr.atomic's address, rkey and length (compare_add), the FETH in imm_data.
+    let (m, sq) = sq_ring(4, RC, 0);
+    let mut fl = spec(1, IBV_WR_FLUSH);
+    fl.sges = vec![];
+    fl.imm = 0x12;
+    fl.compare_add = 4096;
+    assert_eq!(post(&sq, &SendList::new(&[fl.clone()])), (0, None, 1));
+    let got = Kernel::consumer_of(&m).pop_send().unwrap();
+    assert_eq!(got, oracle_wqe(&fl, IBV_QPT_RC));
+    assert_eq!(
+        (
+            got.hdr.remote_addr,
+            got.hdr.rkey,
+            got.hdr.compare_add,
+            got.hdr.imm_data
+        ),
+        (0x8000, 0x55, 4096, 0x12)
+    );
+    for (imm, len, sges) in [
+        (0x0, 8u64, 0usize),
+        (0x4, 8, 0),
+        (0x21, 8, 0),
+        (0x1, 1 << 32, 0),
+        (0x1, 8, 1),
+    ] {
+        let (_m, sq) = sq_ring(4, RC, 0);
+        let mut fl = spec(1, IBV_WR_FLUSH);
+        fl.sges.truncate(sges);
+        fl.imm = imm;
+        fl.compare_add = len;
+        assert_eq!(
+            post(&sq, &SendList::new(&[fl])),
+            (libc::EINVAL, Some(0), 0),
+            "{imm:#x} {len} {sges}"
+        );
+    }
+    // Not on UC.
+    let (_m, sq) = sq_ring(4, caps(IBV_QPT_UC), 0);
+    let l = SendList::for_qp(IBV_QPT_UC, &[spec(1, IBV_WR_SEND_WITH_INV)]);
+    assert_eq!(post(&sq, &l), (libc::EINVAL, Some(0), 0));
 }

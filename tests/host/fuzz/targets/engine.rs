@@ -153,6 +153,18 @@ impl Env for Model {
         Self::range_ok(addr, 8)?;
         self.side.mem_atomic(key, addr, op)
     }
+    fn mem_flush(
+        &mut self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        whole_mr: bool,
+        need: u32,
+    ) -> Result<(), MemError> {
+        self.calls += 1;
+        Self::range_ok(addr, len)?;
+        self.side.mem_flush(key, addr, len, whole_mr, need)
+    }
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
         self.calls += 1;
         self.emits += 1;

@@ -74,7 +74,13 @@ pub struct Side {
     pub drop_tx: Option<TxDropFn>,
     /// Packets dropped so by `drop_tx`.
     pub tx_dropped: u32,
+    /// FLUSHes executed.
+    pub flushes: Vec<FlushDone>,
 }
+
+/// A FLUSH the responder executed: (key, the range or `None` for the whole MR, the rights it
+/// asked for).
+pub type FlushDone = (u32, Option<(u64, u64)>, u32);
 
 impl Side {
     pub fn mr(&mut self, key: u32, addr: u64, len: usize, access: u32) {
@@ -120,13 +126,7 @@ impl Side {
             .iter_mut()
             .find(|m| m.key == key && m.valid)
             .ok_or(MemError::BadKey)?;
-        let need = match acc {
-            Access::LocalRead => 0,
-            Access::LocalWrite => access::LOCAL_WRITE,
-            Access::RemoteRead => access::REMOTE_READ,
-            Access::RemoteWrite => access::REMOTE_WRITE,
-            Access::RemoteAtomic => access::REMOTE_ATOMIC,
-        };
+        let need = acc.rights();
         if m.access & need != need {
             return Err(MemError::Access);
         }
@@ -162,9 +162,10 @@ impl Env for Side {
         Ok(())
     }
     fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let (m, off) = self.find(key, addr, 8, Access::RemoteAtomic)?;
+        let (m, off) = self.find(key, addr, 8, op.access())?;
         let old = u64::from_ne_bytes(m.bytes[off..off + 8].try_into().unwrap());
         let new = match op {
+            AtomicOp::Write { value } => value,
             AtomicOp::CmpSwap { compare, swap } => {
                 if old == compare {
                     swap
@@ -177,6 +178,32 @@ impl Env for Side {
         m.bytes[off..off + 8].copy_from_slice(&new.to_ne_bytes());
         self.atomics_executed += 1;
         Ok(old)
+    }
+    fn mem_flush(
+        &mut self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        whole_mr: bool,
+        need: u32,
+    ) -> Result<(), MemError> {
+        let m = self
+            .mrs
+            .iter()
+            .find(|m| m.key == key && m.valid)
+            .ok_or(MemError::BadKey)?;
+        if m.access & need != need {
+            return Err(MemError::Access);
+        }
+        if !whole_mr {
+            let off = addr.checked_sub(m.addr).ok_or(MemError::Bounds)?;
+            if off + len > m.bytes.len() as u64 {
+                return Err(MemError::Bounds);
+            }
+        }
+        self.flushes
+            .push((key, if whole_mr { None } else { Some((addr, len)) }, need));
+        Ok(())
     }
     fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit {
         if self.drop_tx.as_mut().is_some_and(|f| f(pkt)) {
@@ -503,7 +530,10 @@ impl Pair {
                 let n = len.div_ceil(self.mtu).max(1);
                 self.rd_atomic.push((from_a, psn, n));
             }
-            Operation::CompareSwap | Operation::FetchAdd => self.rd_atomic.push((from_a, psn, 1)),
+            Operation::CompareSwap
+            | Operation::FetchAdd
+            | Operation::AtomicWrite
+            | Operation::Flush => self.rd_atomic.push((from_a, psn, 1)),
             Operation::Acknowledge => {
                 let ack = pkt
                     .aeth()

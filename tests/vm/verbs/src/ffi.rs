@@ -173,6 +173,7 @@ zeroed_types!(
     ibv_cq_init_attr_ex,
     ibv_data_buf,
     ibv_device_attr,
+    ibv_device_attr_ex,
     ibv_gid,
     ibv_gid_entry,
     ibv_global_route,
@@ -262,6 +263,9 @@ unsafe extern "C" {
     /// `ibv_req_notify_cq()`.
     pub fn vt_req_notify_cq(cq: *mut ibv_cq, solicited_only: i32) -> i32;
     /// `ibv_create_cq_ex()`.
+    pub fn vt_query_device_ex(ctx: *mut ibv_context, attr: *mut ibv_device_attr_ex) -> i32;
+    pub fn vt_alloc_mw(pd: *mut ibv_pd, type_: i32) -> *mut ibv_mw;
+    pub fn vt_dealloc_mw(mw: *mut ibv_mw) -> i32;
     pub fn vt_create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex)
         -> *mut ibv_cq_ex;
 }
