@@ -85,8 +85,11 @@ unsafe fn sges<'a>(
         return Err(EINVAL);
     }
     for (i, s) in buf.iter_mut().take(n).enumerate() {
+        // Read unaligned: ULPs keep their SGEs inside packed structs (ib_iser's and ib_isert's
+        // `struct iser_rx_desc` is `__packed`, its `rx_sg` 4-byte aligned), which C reads
+        // without complaint and a Rust reference may not point at.
         // SAFETY: `i < num_sge` entries are valid per the contract above.
-        let e = unsafe { &*list.add(i) };
+        let e = unsafe { core::ptr::read_unaligned(list.add(i)) };
         *s = Sge {
             addr: e.addr,
             length: e.length,

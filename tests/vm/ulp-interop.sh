@@ -30,7 +30,7 @@ else
   dev=rrxe0 mod=rrxe
 fi
 check "$pre.port_active" wait_for 20 bash -c "ibv_devinfo -d $dev | grep -q PORT_ACTIVE"
-check "$pre.modules" bash -c "modprobe rdma_cm && modprobe null_blk nr_devices=2 gb=1 memory_backed=1"
+check "$pre.modules" bash -c "modprobe rdma_cm && modprobe null_blk nr_devices=2 gb=1 memory_backed=1 && modprobe sd_mod"
 
 # The targets, on this guest's address.
 srpt_up "$pre.srpt" /dev/nullb0 "$dev" -- "$me" "$peer"

@@ -110,7 +110,8 @@ srp_login() {
   local pre=$1 dev=$2 src=$3 dest=$4 guid=${5:-$SRPT_GUID} before
   before=$(scsi_hosts)
   check "$pre.login" timeout "$T" bash -c "echo id_ext=$guid,ioc_guid=$guid,dest=$dest:$SRP_PORT,src=$src > /sys/class/infiniband_srp/srp-$dev-1/add_target"
-  SRP_HOST=$(comm -13 <(echo "$before" | sort) <(scsi_hosts | sort) | head -1)
+  # (no process substitution: the guest has no /dev/fd)
+  SRP_HOST=$(scsi_hosts | grep -vxF -e "${before:-none}" | head -1)
 }
 # srp_logout_all PRE: deletes every SRP remote port, unloads ib_srp.
 srp_logout_all() {

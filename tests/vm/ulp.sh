@@ -45,13 +45,13 @@ check ulp.rrxe_loaded modprobe rrxe
 check ulp.rrxe0_added rdma link add rrxe0 type rrxe netdev veth0
 check ulp.rrxe1_added rdma link add rrxe1 type rrxe netdev veth1
 check ulp.rrxe_active wait_for 20 bash -c "ibv_devinfo -d rrxe0 | grep -q PORT_ACTIVE && ibv_devinfo -d rrxe1 | grep -q PORT_ACTIVE"
-check ulp.modules bash -c "modprobe rdma_cm && modprobe null_blk nr_devices=2 gb=1 memory_backed=1"
+check ulp.modules bash -c "modprobe rdma_cm && modprobe null_blk nr_devices=2 gb=1 memory_backed=1 && modprobe sd_mod"
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 lap setup
 
 # --- SRP: ib_srpt (LIO) and ib_srp over rdma_cm, two paths, dm-multipath
 srp() {
-  local hA hB dA dB x sz mp=ulp-srp pid rc wa wb data want got mib2=$((MIB * 2))
+  local hA hB dA dB x sz md mp=ulp-srp pid rc wa wb data want got mib2=$((MIB * 2))
   srpt_up srp.target /dev/nullb0 rrxe0 rrxe1 -- "$A" "$B"
   check srp.initiator_loaded bash -c "modprobe ib_srp && modprobe dm_multipath"
   check srp.hosts bash -c "ls -d /sys/class/infiniband_srp/srp-rrxe0-1 /sys/class/infiniband_srp/srp-rrxe1-1"
@@ -73,9 +73,11 @@ srp() {
     # dm-multipath over both: one priority group, round-robin, a path switch every request.
     sz=$(blockdev --getsz "/dev/$dA")
     check srp.multipath.create dmsetup --noudevsync --verifyudev create "$mp" --table "0 $sz multipath 0 0 1 1 round-robin 0 2 1 /dev/$dA 1 /dev/$dB 1"
-    log "multipath: $(dmsetup table $mp); $(dmsetup status $mp)"
+    # No udev in the guest: the map's node is devtmpfs's /dev/dm-N.
+    md=/dev/dm-$(dmsetup info -c --noheadings -o minor "$mp" 2>/dev/null | tr -d ' ')
+    log "multipath $mp ($md): $(dmsetup table $mp); $(dmsetup status $mp)"
     wa=$(writes_of "$dA"); wb=$(writes_of "$dB")
-    rw srp.multipath "/dev/mapper/$mp" "$MIB" 256K
+    rw srp.multipath "$md" "$MIB" 256K
     wa=$(( $(writes_of "$dA") - wa )); wb=$(( $(writes_of "$dB") - wb ))
     log "multipath writes: path A +$wa, path B +$wb"
     [ "$wa" -gt 0 ] && [ "$wb" -gt 0 ] && pass srp.multipath.both_paths_carried_writes || fail srp.multipath.both_paths_carried_writes "A +$wa B +$wb"
@@ -84,14 +86,14 @@ srp() {
     # through what is left are identical.
     data=$(mktemp /tmp/ulp.XXXX); dd if=/dev/urandom of="$data" bs=1M count=$mib2 status=none; want=$(sha256sum < "$data")
     wb=$(writes_of "$dB")
-    timeout "$T" dd if="$data" of="/dev/mapper/$mp" bs=64K oflag=direct status=none & pid=$!
+    timeout "$T" dd if="$data" of="$md" bs=64K oflag=direct status=none & pid=$!
     wait_for 60 bash -c "[ \$(awk '{print \$5}' /sys/block/$dB/stat) -ge $((wb + 4)) ]"
     x=$(tr -s ' ' < /sys/block/$dB/inflight 2>/dev/null)
     check srp.failover.pathB_deleted bash -c "echo 1 > /sys/class/srp_remote_ports/port-$hB:1/delete"
     wait "$pid"; rc=$?
     [ "$rc" = 0 ] && pass srp.failover.write_completed || fail srp.failover.write_completed "dd exit $rc"
     check srp.failover.pathB_gone wait_for 60 bash -c "! [ -e /sys/class/scsi_host/host$hB ]"
-    got=$(timeout "$T" dd if="/dev/mapper/$mp" bs=256K count=$((mib2 * 4)) iflag=direct status=none | sha256sum)
+    got=$(timeout "$T" dd if="$md" bs=256K count=$((mib2 * 4)) iflag=direct status=none | sha256sum)
     [ "$got" = "$want" ] && pass "srp.failover.read_back_${mib2}MiB_identical" || fail "srp.failover.read_back_${mib2}MiB_identical" "wrote $want read $got"
     log "after failover (path B in flight at its deletion: $x): $(dmesg | grep -E 'multipath.*[Ff]ailing path' | tail -2 | tr '\n' ' '); $(dmsetup status $mp)"
     dmsetup status "$mp" | grep -qE " [0-9]+:[0-9]+ F " && pass srp.failover.path_marked_failed || fail srp.failover.path_marked_failed "$(dmsetup status $mp)"
