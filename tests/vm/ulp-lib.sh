@@ -34,7 +34,7 @@ rw() {
 # scsi_disks_of_host N: the sd disks of SCSI host N.
 scsi_disks_of_host() { local d; for d in /sys/class/scsi_host/host"$1"/device/target*/*/block/*; do [ -e "$d" ] && echo "${d##*/}"; done; }
 # sd_with_serial SERIAL: the sd disks whose unit serial number (VPD page 0x80) is SERIAL.
-sd_with_serial() { local d; for d in /sys/block/sd*; do grep -aqs "$1" "$d/device/vpd_pg80" && echo "${d##*/}"; done; }
+sd_with_serial() { local d; for d in /sys/block/sd*; do grep -aqs "$1" "$d"/device/vpd_pg8[03] && echo "${d##*/}"; done; }
 scsi_hosts() { local h; for h in /sys/class/scsi_host/host*; do [ -e "$h" ] && echo "${h##*host}"; done; }
 # writes_of DISK: completed writes (/sys/block/DISK/stat, field 5).
 writes_of() { awk '{print $5}' "/sys/block/$1/stat"; }
@@ -66,7 +66,7 @@ lio_tpg_down() {
 }
 lio_backstore_down() { echo 0 > "$CFS/core/$1/enable" 2>/dev/null; rmdir "$CFS/core/$1" && rmdir "$CFS/core/${1%%/*}"; }
 # wait_disk SERIAL [N]: waits until N (1) sd disks with SERIAL exist.
-wait_disk() { wait_for 60 bash -c "[ \$(for d in /sys/block/sd*; do grep -aqs '$1' \$d/device/vpd_pg80 && echo; done | wc -l) -ge ${2:-1} ]"; }
+wait_disk() { wait_for 60 bash -c "[ \$(for d in /sys/block/sd*; do grep -aqs '$1' \$d/device/vpd_pg8[03] && echo; done | wc -l) -ge ${2:-1} ]"; }
 # slow_scsi DISK: a TCG guest with KASAN is slow: 120 s per command before the SCSI error handler.
 slow_scsi() { echo 120 > "/sys/block/$1/device/timeout" 2>/dev/null; }
 
@@ -219,7 +219,7 @@ iser_io() {
     rw "$pre" "/dev/$dev" "$MIB"
   fi
   check "$pre.logout" timeout "$T" iscsiadm -m node -T "$TIQN" -p "$addr:3260" -I iser --logout
-  check "$pre.disk_gone" wait_for 30 bash -c "[ -z \"\$(for d in /sys/block/sd*; do grep -aqs $ISER_SERIAL \$d/device/vpd_pg80 && echo \$d; done)\" ]"
+  check "$pre.disk_gone" wait_for 30 bash -c "[ -z \"\$(for d in /sys/block/sd*; do grep -aqs $ISER_SERIAL \$d/device/vpd_pg8[03] && echo \$d; done)\" ]"
   check "$pre.node_deleted" iscsiadm -m node -o delete -T "$TIQN"
   pkill -x iscsid; wait_for 10 bash -c "! pgrep -x iscsid"
   check "$pre.initiator_unloaded" wait_for 30 modprobe -r ib_iser
