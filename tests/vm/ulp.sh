@@ -103,7 +103,7 @@ srp() {
     check srp.multipath.removed dmsetup --noudevsync --verifyudev remove "$mp"
   fi
   srp_logout_all srp
-  check srp.dm_multipath_unloaded modprobe -r dm_multipath
+  check srp.dm_multipath_unloaded modprobe -r dm_round_robin dm_multipath
   srpt_down srp.target
   lap srp
 }
