@@ -19,6 +19,12 @@ apt_pkgs=(
   "python3-pyverbs=${RDMA_CORE_DEB}" perftest iproute2
   # NVMe over Fabrics host tool (tests/vm/nvmeof.sh: `nvme connect -t rdma`)
   "nvme-cli=${NVME_CLI_DEB}"
+  # the other kernel storage ULPs over RDMA (tests/vm/ulp.sh): the iSER initiator's iscsid and
+  # iscsiadm, the NFSv3 server's exportfs/rpc.mountd/rpc.nfsd and client's mount.nfs, rpcbind
+  # (the guest starts the daemons it needs; none may run on the host, see below), dmsetup
+  # (dm-multipath tables over SRP paths)
+  "open-iscsi=${OPEN_ISCSI_DEB}" "nfs-kernel-server=${NFS_UTILS_DEB}" "nfs-common=${NFS_UTILS_DEB}"
+  "rpcbind=${RPCBIND_DEB}" "dmsetup=${DMSETUP_DEB}"
   # debugging tools that must also work inside the guest (it shares the host root)
   strace tcpdump gdb procps pkg-config
   # make bench profiling (perf record in the guest; Debian 12's perf reads 6.12 fine)
@@ -37,10 +43,26 @@ for p in "${apt_pkgs[@]}"; do
     *) need+=("$p") ;;
   esac
 done
+# The daemons among them (rpcbind, iscsid, nfsd, mountd) are for the test guests only: nothing
+# starts them at install (a policy-rc.d that refuses, unless one is there already), and where
+# systemd runs, their units are stopped and disabled afterwards.
+daemon_units=(rpcbind.socket rpcbind.service nfs-server.service nfs-mountd.service
+  nfs-idmapd.service rpc-statd.service iscsid.socket iscsid.service open-iscsi.service)
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}" >&2
+  prc=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    prc=/usr/sbin/policy-rc.d; printf '#!/bin/sh\nexit 101\n' > "$prc"; chmod 755 "$prc"
+    trap 'rm -f "$prc"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}"
+  [ -n "$prc" ] && rm -f "$prc"
+  if [ -d /run/systemd/system ]; then
+    for u in "${daemon_units[@]}"; do
+      systemctl list-unit-files "$u" >/dev/null 2>&1 && systemctl disable --now "$u" >/dev/null 2>&1 || true
+    done
+  fi
 fi
 
 # Rust: the kernel needs the source of the exact rustc it is built with.

@@ -85,8 +85,11 @@ unsafe fn sges<'a>(
         return Err(EINVAL);
     }
     for (i, s) in buf.iter_mut().take(n).enumerate() {
+        // Read unaligned: ULPs keep their SGEs inside packed structs (ib_iser's and ib_isert's
+        // `struct iser_rx_desc` is `__packed`, its `rx_sg` 4-byte aligned), which C reads
+        // without complaint and a Rust reference may not point at.
         // SAFETY: `i < num_sge` entries are valid per the contract above.
-        let e = unsafe { &*list.add(i) };
+        let e = unsafe { core::ptr::read_unaligned(list.add(i)) };
         *s = Sge {
             addr: e.addr,
             length: e.length,
@@ -111,7 +114,9 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
     inline_buf: &'a mut [u8; lim::MAX_INLINE_DATA as usize],
 ) -> Result<KSendWr<'a, T>> {
     // SAFETY: per the contract above.
-    let wr = unsafe { &*w };
+    // Read unaligned: ib_isert keeps its send WR inside a `__packed` descriptor (`struct
+    // iser_tx_desc`), 4-byte aligned; a Rust reference there is undefined (and panics).
+    let wr = unsafe { core::ptr::read_unaligned(w) };
     let opcode = match wr.opcode {
         b::ib_wr_opcode_IB_WR_RDMA_WRITE => wr_opcode::RDMA_WRITE,
         b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => wr_opcode::RDMA_WRITE_WITH_IMM,
@@ -149,13 +154,13 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
     match opcode {
         wr_opcode::RDMA_WRITE | wr_opcode::RDMA_WRITE_WITH_IMM | wr_opcode::RDMA_READ => {
             // SAFETY: RDMA opcodes come in an `ib_rdma_wr` whose first field is `wr`.
-            let r = unsafe { &*w.cast::<b::ib_rdma_wr>() };
+            let r = unsafe { core::ptr::read_unaligned(w.cast::<b::ib_rdma_wr>()) };
             wqe.remote_addr = r.remote_addr;
             wqe.rkey = r.rkey;
         }
         wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD => {
             // SAFETY: atomic opcodes come in an `ib_atomic_wr` whose first field is `wr`.
-            let a = unsafe { &*w.cast::<b::ib_atomic_wr>() };
+            let a = unsafe { core::ptr::read_unaligned(w.cast::<b::ib_atomic_wr>()) };
             wqe.remote_addr = a.remote_addr;
             wqe.rkey = a.rkey;
             wqe.compare_add = a.compare_add;
@@ -165,7 +170,7 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
             // SAFETY: REG_MR comes in an `ib_reg_wr` whose first field is `wr`; its MR is a
             // live fast-registration MR of ours that the consumer mapped (`map_mr_sg`), whose
             // `iova` and `length` ib_sg_to_pages set.
-            let r = unsafe { &*w.cast::<b::ib_reg_wr>() };
+            let r = unsafe { core::ptr::read_unaligned(w.cast::<b::ib_reg_wr>()) };
             if r.mr.is_null() {
                 return Err(EINVAL);
             }
@@ -179,7 +184,7 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
         }
         _ if ud => {
             // SAFETY: sends on a UD or GSI QP come in an `ib_ud_wr` whose first field is `wr`.
-            let u = unsafe { &*w.cast::<b::ib_ud_wr>() };
+            let u = unsafe { core::ptr::read_unaligned(w.cast::<b::ib_ud_wr>()) };
             if u.ah.is_null() {
                 return Err(EINVAL);
             }
@@ -253,7 +258,7 @@ pub(super) unsafe fn post_send<T: IbDriver>(
         }
         posted += 1;
         // SAFETY: as above.
-        cur = unsafe { (*cur).next };
+        cur = unsafe { core::ptr::addr_of!((*cur).next).read_unaligned() };
     }
     if posted > 0 {
         T::kernel_doorbell(d, data);
@@ -288,7 +293,7 @@ unsafe fn walk_recv(
             return e.to_errno();
         }
         // SAFETY: as above.
-        cur = unsafe { (*cur).next };
+        cur = unsafe { core::ptr::addr_of!((*cur).next).read_unaligned() };
     }
     0
 }
