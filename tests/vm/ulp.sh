@@ -130,7 +130,16 @@ want srp && srp
 want nfs && nfs
 want iser && iser
 
-check ulp.lio_unloaded bash -c "! grep -q '^target_core_mod ' /proc/modules || { modprobe -r target_core_iblock && modprobe -r target_core_mod; }"
+# LIO last: every backstore and fabric module still holding target_core_mod, then the core.
+lio_unload() {
+  grep -q '^target_core_mod ' /proc/modules || return 0
+  local m
+  for m in $(awk '$1 == "target_core_mod" { gsub(",", " ", $4); print $4 }' /proc/modules); do
+    [ "$m" = - ] || modprobe -r "$m" || return 1
+  done
+  modprobe -r target_core_mod || { grep '^target_core_mod ' /proc/modules; return 1; }
+}
+check ulp.lio_unloaded lio_unload
 check ulp.null_blk_unloaded modprobe -r null_blk
 check ulp.rrxe_devices_deleted bash -c "rdma link delete rrxe1 && rdma link delete rrxe0"
 # The harness drop-in (scripts/rrxe-as-rxe): `modprobe rdma_rxe` and `rdma link add NAME type
