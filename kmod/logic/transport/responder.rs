@@ -948,38 +948,38 @@ where
                 return;
             }
         };
-        self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
-        self.resp.epsn = psn.next();
-        self.resp.res[i] = Resource {
-            kind: ResKind::Atomic,
-            psn,
-            count: 1,
-            rkey: a.rkey,
-            va: a.va,
-            len: 8,
-            orig,
-            msn: self.resp.msn,
-            next: 0,
-            first: 0,
-            replays_left: 0,
-            refilled_ms: 0,
-            high: 0,
-            replayed: false,
-        };
+        self.record_one(i, ResKind::Atomic, psn, a.rkey, a.va, 8, orig);
     }
 
     /// Records an executed ATOMIC WRITE or FLUSH at `psn` in resource `i`: its answer is owed.
     fn record_placement(&mut self, i: usize, psn: Psn, rkey: u32, va: u64) {
+        self.record_one(i, ResKind::Placement, psn, rkey, va, 0, 0);
+    }
+
+    /// Records an executed single-packet request (an atomic, an ATOMIC WRITE or a FLUSH) at
+    /// `psn` in resource `i`, with the value its answer carries: the answer is owed, and a
+    /// duplicate gets it again without a second execution.
+    #[expect(clippy::too_many_arguments)]
+    fn record_one(
+        &mut self,
+        i: usize,
+        kind: ResKind,
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        orig: u64,
+    ) {
         self.resp.msn = (self.resp.msn + 1) & wire::MASK24;
         self.resp.epsn = psn.next();
         self.resp.res[i] = Resource {
-            kind: ResKind::Placement,
+            kind,
             psn,
             count: 1,
             rkey,
             va,
-            len: 0,
-            orig: 0,
+            len,
+            orig,
             msn: self.resp.msn,
             next: 0,
             first: 0,
