@@ -5,7 +5,6 @@
 use super::{
     av::{self, Path},
     device::{Rrxe, RrxeDev},
-    dp::AhInner,
     pd::RrxePd,
 };
 use crate::ib::{device::Device, objects::AddressVector, udata::Udata};
@@ -93,4 +92,11 @@ pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, _sleepable: bool) {
     drop(data.fabric.ahs.take(ah.num));
     data.free_ah_num(ah.num);
     RrxeDev::release(&data.quota.ah);
+}
+
+/// An address handle as the data path sees it.
+pub(crate) struct AhInner {
+    pub(crate) path: Path,
+    /// The PD the AH was created in: a UD WQE may only name an AH of its QP's PD.
+    pub(crate) pd: usize,
 }

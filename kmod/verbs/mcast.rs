@@ -16,7 +16,7 @@
 //! rdma_rxe. What the driver adds is the Ethernet filter (`dev_mc_add` of the group's MAC),
 //! held while the group has members.
 
-use super::dp::Fabric;
+use super::fabric::Fabric;
 use crate::ib::{bh::with_bh_disabled, netdev::NetDevRef};
 use crate::logic::mcast::{self, Change, Group, McastError, Table, GROUP_QPS};
 use crate::logic::stats::Stat;

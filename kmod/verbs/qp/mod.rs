@@ -1,11 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Queue pairs: create, modify (validated in full before anything is committed), query,
-//! destroy.
+//! Queue pairs: create, query, destroy and the kernel consumers' posts here; modify (validated
+//! in full before anything is committed) in `modify.rs`; the data-path half in `state.rs`,
+//! its doorbells in `send.rs`, its scheduling and timers in `sched.rs`, and the engine's
+//! environment in `env.rs`.
+
+mod env;
+mod modify;
+mod sched;
+mod send;
+mod state;
+
+use modify::entered_by_data_path;
+pub(super) use modify::modify;
+pub(super) use send::BUDGET;
+pub(crate) use state::{Eng, QpInner, QpParts};
 
 use super::{
-    av::{self, Path},
+    av::Path,
     device::{Rrxe, RrxeDev},
-    dp::{Eng, QpInner, QpParts},
     errno,
     pd::RrxePd,
 };
@@ -21,15 +33,15 @@ use crate::logic::transport::{self as tp, SqEntry};
 use crate::logic::{
     limits as lim,
     port::{self, IbMtu},
-    qp_attr::{self, DeviceLimits, MigState, ModifyRequest, PortInfo, QpCap},
-    qp_state::{AttrMask, QpCurrent, QpState, QpType},
+    qp_attr::{self, DeviceLimits, MigState, QpCap},
+    qp_state::{QpState, QpType},
 };
 use crate::uapi::{self, Sge};
 use core::mem::offset_of;
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The GSI QP's number (IBTA: QP1 on every port).
 const GSI_QPN: u32 = 1;
-use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// The modifiable attributes of a QP, guarded by its lock.
 struct QpAttrs {
@@ -332,163 +344,6 @@ pub(super) fn create(
         inner,
     };
     Ok((qp, qpn))
-}
-
-pub(super) fn modify(
-    dev: &Device<Rrxe>,
-    qp: &RrxeQp,
-    req: &ModifyRequest,
-    avec: Option<&AddressVector>,
-    udata: Option<&Udata>,
-) -> Result {
-    if let Some(u) = udata {
-        u.expect_no_cmd()?;
-    }
-    let port = PortInfo {
-        pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN),
-        active_mtu: port_mtu(dev),
-    };
-    let mut a = qp.attrs.lock();
-    // Everything is validated before anything is written: a refused modify changes nothing.
-    let v = validate_now(qp, &mut a, req, &port)?;
-    let path = match avec {
-        Some(avec) => {
-            let dqpn = v.dest_qp_num.unwrap_or(a.dest_qp_num);
-            let p = av::resolve(dev, avec, Some((qp.qpn, dqpn)))?;
-            dev.data().fabric.need_wire(&p)?;
-            Some(p)
-        }
-        None => None,
-    };
-    // Resolving may have slept (route lookup, opening the namespace's socket), and the data path
-    // may have moved the QP to ERR meanwhile: validate again against the state as it is now, so
-    // the transition is the one IBTA allows from there (from ERR: only RESET or ERR). Nothing
-    // sleeps from here to `apply`, and a move the data path makes in between is caught there,
-    // under the QP lock (`QpState::modify_applies`): it is not overwritten.
-    let v = if qp.inner.snapshot().0 != a.state {
-        validate_now(qp, &mut a, req, &port)?
-    } else {
-        v
-    };
-    let from = a.state;
-
-    let srq_sge = if qp.has_srq {
-        qp.inner.srq_max_sge()
-    } else {
-        0
-    };
-    if v.next_state == QpState::Reset && a.state != QpState::Reset {
-        // Back to RESET: the QP is as created, its queues emptied.
-        *a = QpAttrs::reset();
-        let cfg = engine_config(
-            qp.qpn,
-            qp.qp_type,
-            qp.sq_sig_all,
-            &qp.cap,
-            qp.has_srq,
-            srq_sge,
-            &a,
-            port.active_mtu,
-            qp.kernel,
-        );
-        qp.inner.apply(
-            cfg,
-            None,
-            Some(0),
-            Some(0),
-            Some((QpState::Reset, false)),
-            from,
-            (true, true),
-        );
-        return Ok(());
-    }
-    // Commit every attribute the request carried (validated above).
-    macro_rules! commit {
-        ($($field:ident),* $(,)?) => {$(
-            if let Some(x) = v.$field {
-                a.$field = x;
-            }
-        )*};
-    }
-    commit!(
-        path_mtu,
-        path_mig_state,
-        qkey,
-        dest_qp_num,
-        pkey_index,
-        en_sqd_async_notify,
-        max_rd_atomic,
-        max_dest_rd_atomic,
-        min_rnr_timer,
-        port_num,
-        timeout,
-        retry_cnt,
-        rnr_retry,
-    );
-    if let Some(x) = v.rq_psn {
-        a.rq_psn = x.get();
-    }
-    if let Some(x) = v.sq_psn {
-        a.sq_psn = x.get();
-    }
-    if let Some(x) = v.qp_access_flags {
-        a.access = x;
-    }
-    if path.is_some() {
-        a.path = path;
-    }
-    let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
-        .then_some((v.next_state, a.en_sqd_async_notify));
-    a.state = v.next_state;
-    let cfg = engine_config(
-        qp.qpn,
-        qp.qp_type,
-        qp.sq_sig_all,
-        &qp.cap,
-        qp.has_srq,
-        srq_sge,
-        &a,
-        port.active_mtu,
-        qp.kernel,
-    );
-    // The state the QP is in (the data path's ERR or SQE, if it moved meanwhile).
-    a.state = qp.inner.apply(
-        cfg,
-        path,
-        v.sq_psn.map(|p| p.get()),
-        v.rq_psn.map(|p| p.get()),
-        state_change,
-        from,
-        (v.retry_cnt.is_some(), v.rnr_retry.is_some()),
-    );
-    Ok(())
-}
-
-/// The states the data path enters on its own (a fatal error; a send error on UC/UD).
-fn entered_by_data_path(s: QpState) -> bool {
-    matches!(s, QpState::Err | QpState::Sqe)
-}
-
-/// Brings `a.state` up to date with the data path (which moves the QP to ERR or SQE on its own)
-/// and validates `req` against it, as rxe and IBTA do: the current state is the QP's, not the
-/// one the last modify set.
-fn validate_now(
-    qp: &RrxeQp,
-    a: &mut QpAttrs,
-    req: &ModifyRequest,
-    port: &PortInfo,
-) -> Result<qp_attr::ValidatedModify> {
-    let (dp_state, _, _, draining) = qp.inner.snapshot();
-    if entered_by_data_path(dp_state) {
-        a.state = dp_state;
-    }
-    a.sq_draining = draining && a.state == QpState::Sqd;
-    let cur = QpCurrent {
-        qp_type: qp.qp_type,
-        state: a.state,
-        sq_draining: a.sq_draining,
-    };
-    qp_attr::validate(req, &cur, &limits(), port).map_err(|e| errno(e.errno()))
 }
 
 pub(super) fn query(_dev: &Device<Rrxe>, qp: &RrxeQp) -> Result<QpSnapshot> {

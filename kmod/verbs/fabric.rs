@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The per-device data-path state: the QP, MR and AH tables, the loopback buffer pool, the
+//! RoCEv2 socket and the multicast groups, shared with the receive path.
+
+use crate::ib::{
+    inflight::Gauge,
+    netdev::NetDev,
+    udp::{LazyUdp, TxPath, XmitError},
+};
+use crate::logic::roce;
+use crate::verbs::{
+    ah::AhInner,
+    av::Path,
+    loopback::{Pool, BUF_LEN, POOL_BUFS},
+    mcast::Mcast,
+    mr::MrInner,
+    qp::QpInner,
+    stats::DevStats,
+    table::Table,
+};
+use core::sync::atomic::AtomicU64;
+use kernel::prelude::*;
+use kernel::{
+    new_spinlock,
+    sync::{Arc, SpinLock},
+};
+
+/// Per-device data-path state, shared with the receive path.
+#[pin_data]
+pub(crate) struct Fabric {
+    #[pin]
+    pub(crate) qps: Table<QpInner>,
+    #[pin]
+    pub(crate) mrs: Table<MrInner>,
+    #[pin]
+    pub(crate) ahs: Table<AhInner>,
+    /// Device-wide data-path counters (`rdma statistic`).
+    pub(crate) stats: Arc<DevStats>,
+    /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
+    pub(crate) bad_rings: AtomicU64,
+    /// Free loopback packet buffers ([`POOL_BUFS`] in all, lent to deliveries).
+    #[pin]
+    pub(super) pool: SpinLock<Pool>,
+    /// The RoCEv2 socket of the netdev's namespace, opened on first use.
+    #[pin]
+    pub(crate) udp: LazyUdp,
+    /// Multicast groups and their attached UD QPs.
+    #[pin]
+    pub(crate) mcast: Mcast,
+}
+
+impl Fabric {
+    pub(crate) fn new(netdev: &NetDev, stats: Arc<DevStats>) -> Result<impl PinInit<Self, Error>> {
+        let (q, m, a) = (
+            Table::new(crate::logic::limits::MAX_QP + 64)?,
+            Table::new(crate::logic::limits::MAX_MR + 64)?,
+            Table::new(crate::logic::limits::MAX_AH + 64)?,
+        );
+        let udp = LazyUdp::new(netdev);
+        let mcast = Mcast::new(crate::ib::netdev::NetDevRef::new(netdev));
+        let mut bufs = KVec::with_capacity(POOL_BUFS, GFP_KERNEL)?;
+        for _ in 0..POOL_BUFS {
+            bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
+        }
+        let bufs = Pool {
+            bufs,
+            free: POOL_BUFS,
+        };
+        Ok(try_pin_init!(Fabric {
+            qps <- q,
+            mrs <- m,
+            ahs <- a,
+            stats,
+            bad_rings: AtomicU64::new(0),
+            pool <- new_spinlock!(bufs, "rrxe:lbpool"),
+            udp <- udp,
+            mcast <- mcast,
+        }? Error))
+    }
+
+    /// Opens the UDP socket if a path needs the wire (process context). `EADDRINUSE` when
+    /// another driver (rdma_rxe) holds UDP port 4791 in this namespace, except for a multicast
+    /// path (its members on this device are reached without the socket).
+    pub(crate) fn need_wire(&self, path: &Path) -> Result {
+        if path.loopback {
+            return Ok(());
+        }
+        let opened = self.udp.open();
+        if path.multicast {
+            // A group's members on this device are reached without the socket.
+            return Ok(());
+        }
+        opened
+    }
+
+    /// Opens the UDP socket for receiving (process context), whatever the paths.
+    pub(crate) fn open_wire(&self) -> Result {
+        self.udp.open()
+    }
+
+    /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
+    /// refused or dropped it).
+    pub(super) fn send(
+        &self,
+        path: &Path,
+        sport: u16,
+        pkt: &[u8],
+        gauge: &Arc<Gauge<QpInner>>,
+    ) -> Result<(), XmitError> {
+        let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
+            return Err(XmitError::Failed(EINVAL));
+        };
+        let tx = TxPath {
+            sgid,
+            dgid: path.av.dgid,
+            is_v4: matches!(roce::gid_to_addr(sgid), roce::GidAddr::V4(_)),
+            udp_sport: sport,
+            tclass: path.av.traffic_class,
+            hop_limit: path.hop_limit,
+            flow_label: path.av.flow_label,
+        };
+        self.udp.xmit(&tx, pkt, Some(gauge))
+    }
+}

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A QP's data-path half: the engine and the shell's own state under the QP lock, its rings,
+//! CQs, timers and continuation, creation and shutdown, and what `rdma res` and `query_qp`
+//! read of it.
+//!
+//! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
+//! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
+
+use crate::ib::{
+    bh::with_bh_disabled, inflight::Gauge, objects::QpRef, ring::SharedRing, timer, work,
+};
+use crate::logic::transport as tp;
+use crate::logic::{
+    qp_state::QpState,
+    transport::{Engine, Resource, SqEntry},
+};
+use crate::verbs::{
+    av::Path,
+    cq::CqInner,
+    fabric::Fabric,
+    qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
+    srq::SrqInner,
+    wq::PROD,
+};
+use kernel::prelude::*;
+use kernel::{
+    new_spinlock,
+    sync::{Arc, SpinLock},
+};
+
+/// The engine with kernel storage.
+pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
+
+/// Whose turn it is to send the responder's output (READ and atomic responses, ACKs and NAKs).
+///
+/// Responses must reach the requester in PSN order. On the wire they do: each context sends
+/// them under the QP lock. A loopback delivery, though, only queues them, and processes its
+/// queue after the lock is gone; if another context (the continuation, or a delivery on the
+/// other CPU that brings a new request) sent the next responses meanwhile, they would overtake
+/// the queued ones, and the requester would take the gap for a lost response and read again.
+/// So a delivery that queued responder output keeps the turn until it has delivered it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum RespTurn {
+    /// Nothing of the responder's is waiting for delivery: any context may send.
+    Free,
+    /// A loopback delivery holds responder packets; it gives the turn back once it has
+    /// delivered them ([`QpInner::resp_delivered`]).
+    Held,
+    /// The continuation has the turn (it is scheduled). On a loopback path only: on the wire,
+    /// any context may still send meanwhile (each sends under the QP lock).
+    Cont,
+}
+
+/// The shell's own state of a QP (guarded by the QP lock, next to the engine).
+pub(crate) struct Shell {
+    /// The connected path (RC/UC).
+    pub(super) path: Option<Path>,
+    /// Kernel-side consumer indices of the SQ and RQ rings.
+    pub(super) sq_cons: u32,
+    pub(super) rq_cons: u32,
+    /// A ring index was found out of range: that ring is not read again (until RESET).
+    pub(super) sq_broken: bool,
+    pub(super) rq_broken: bool,
+    /// When the retransmit timer is due (jiffies); `None` while stopped. An expiry before it
+    /// (a timer restarted or stopped while its callback was already running) is stale.
+    pub(super) retry_at: Option<u64>,
+    /// Work was left that the continuation must resume.
+    pub(super) resume: bool,
+    /// Who may send the responder's output next.
+    pub(super) resp: RespTurn,
+    /// The wire refused a packet during the current call.
+    pub(super) congested: bool,
+    /// The QP has [`inflight::HIGH`] skbs in the network stack: its gauge wakes it (no timer).
+    pub(super) capped: bool,
+    /// The QP is being destroyed ([`QpInner::shutdown`]): a packet that still found it in the
+    /// QP table does nothing.
+    pub(super) closed: bool,
+}
+
+/// Engine state of a QP (guarded by the QP lock).
+pub(crate) struct QpData {
+    pub(crate) eng: Eng,
+    pub(super) scratch: KVec<u8>,
+    pub(super) sh: Shell,
+}
+
+/// A QP as the data path sees it.
+#[pin_data]
+pub(crate) struct QpInner {
+    /// The RNR timer; the timers come first, so that they are shut down before anything else
+    /// is dropped.
+    #[pin]
+    pub(super) timer: timer::Timer,
+    /// The pacing timer: resumes what a congested wire stopped, on the next tick.
+    #[pin]
+    pub(super) pace: timer::Timer,
+    /// The continuation: resumes at once, in process context, what a bounded context left
+    /// (owed READ responses, a spent budget, a kernel doorbell with interrupts off).
+    #[pin]
+    pub(super) kick: work::Work,
+    /// The retransmit timer.
+    #[pin]
+    pub(super) retry: timer::Timer,
+    /// The responder's re-acknowledgement timer.
+    #[pin]
+    pub(super) reack: timer::Timer,
+    /// This QP's skbs in the network stack (capped at [`inflight::HIGH`]).
+    pub(super) gauge: Arc<Gauge<QpInner>>,
+    pub(crate) qpn: u32,
+    pub(super) pd: usize,
+    pub(super) max_recv_sge: u32,
+    pub(super) max_send_wr: u32,
+    pub(super) max_recv_wr: u32,
+    #[pin]
+    pub(crate) st: SpinLock<QpData>,
+    /// Serialises a kernel consumer's producers of the SQ and RQ rings (user QPs never take it:
+    /// their producer is the provider).
+    #[pin]
+    pub(super) kpost: SpinLock<()>,
+    pub(super) sq: Option<(SharedRing, u32, usize)>,
+    pub(super) rq: Option<(SharedRing, u32, usize)>,
+    pub(super) send_cq: Arc<CqInner>,
+    pub(super) recv_cq: Arc<CqInner>,
+    pub(super) srq: Option<Arc<SrqInner>>,
+    pub(super) ev: QpRef,
+    pub(super) fabric: Arc<Fabric>,
+}
+
+/// What a new [`QpInner`] is made of.
+pub(crate) struct QpParts {
+    pub(crate) qpn: u32,
+    pub(crate) pd: usize,
+    pub(crate) max_recv_sge: u32,
+    /// The capacities answered at create (`max_send_wr`, `max_recv_wr`): a kernel consumer's
+    /// post beyond them fails with `ENOMEM` (the provider bounds a user QP's).
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) eng: Eng,
+    pub(crate) sq: Option<(SharedRing, u32, usize)>,
+    pub(crate) rq: Option<(SharedRing, u32, usize)>,
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+    pub(crate) srq: Option<Arc<SrqInner>>,
+    pub(crate) ev: QpRef,
+    pub(crate) fabric: Arc<Fabric>,
+}
+
+/// A QP's data-path state for `rdma resource show qp -dd`.
+pub(crate) struct QpRes {
+    pub(crate) sq_psn: u32,
+    pub(crate) rq_psn: u32,
+    pub(crate) details: tp::Details,
+    /// (slots, WQEs posted and not yet taken) of the SQ and RQ rings.
+    pub(crate) sq: Option<(u32, u32)>,
+    pub(crate) rq: Option<(u32, u32)>,
+    /// A ring was found with an index out of range.
+    pub(crate) broken: bool,
+}
+
+impl QpInner {
+    pub(crate) fn new(p: QpParts) -> Result<impl PinInit<Self, Error>> {
+        let scratch = KVec::from_elem(0u8, tp::MAX_PKT, GFP_KERNEL)?;
+        let sh = Shell {
+            path: None,
+            sq_cons: 0,
+            rq_cons: 0,
+            sq_broken: false,
+            rq_broken: false,
+            retry_at: None,
+            resume: false,
+            resp: RespTurn::Free,
+            congested: false,
+            capped: false,
+            closed: false,
+        };
+        let data = QpData {
+            eng: p.eng,
+            scratch,
+            sh,
+        };
+        let gauge = Gauge::new()?;
+        Ok(try_pin_init!(QpInner {
+            gauge,
+            qpn: p.qpn,
+            pd: p.pd,
+            max_recv_sge: p.max_recv_sge,
+            max_send_wr: p.max_send_wr,
+            max_recv_wr: p.max_recv_wr,
+            st <- new_spinlock!(data, "rrxe:qp"),
+            kpost <- new_spinlock!((), "rrxe:qp_kpost"),
+            sq: p.sq,
+            rq: p.rq,
+            send_cq: p.send_cq,
+            recv_cq: p.recv_cq,
+            srq: p.srq,
+            ev: p.ev,
+            fabric: p.fabric,
+            timer <- timer::Timer::for_owner::<QpInner, TIMER_RNR>(),
+            pace <- timer::Timer::for_owner::<QpInner, TIMER_PACE>(),
+            kick <- work::Work::for_owner::<QpInner, 0>(),
+            retry <- timer::Timer::for_owner::<QpInner, TIMER_RETRY>(),
+            reack <- timer::Timer::for_owner::<QpInner, TIMER_REACK>(),
+        }? Error))
+    }
+
+    /// Connects the timers to this QP (right after creation).
+    pub(crate) fn bind_timer(&self, me: &Arc<QpInner>) -> Result {
+        self.timer.bind(me)?;
+        self.pace.bind(me)?;
+        self.kick.bind(me)?;
+        self.retry.bind(me)?;
+        self.reack.bind(me)
+    }
+
+    /// Lets the transmit gauge wake this QP. The last step of creation: from here on only
+    /// [`QpInner::shutdown`] breaks the reference cycle it makes.
+    pub(crate) fn attach_gauge(&self, me: &Arc<QpInner>) {
+        self.gauge.attach(me.clone());
+    }
+
+    /// The SRQ's SGE limit (0 without an SRQ).
+    pub(crate) fn srq_max_sge(&self) -> u32 {
+        self.srq.as_ref().map_or(0, |s| s.max_sge)
+    }
+
+    /// Stops the continuation and the timers for good and closes the QP to packets (before it
+    /// is freed). The work item goes first: a timer that fires meanwhile can no longer queue it.
+    pub(crate) fn shutdown(&self) {
+        // First: the gauge's reference to this QP (a cycle until now) goes, and no skb
+        // destructor can queue the work item afterwards.
+        self.gauge.detach();
+        self.kick.shutdown_sync();
+        self.timer.shutdown_sync();
+        self.pace.shutdown_sync();
+        self.retry.shutdown_sync();
+        self.reack.shutdown_sync();
+        // Last: a receive path that took the QP from its table before the owner removes it
+        // either holds the lock now (and is waited for here) or finds it closed, so nothing
+        // acts on it any more. Its reference may still be held until the end of that path's
+        // section: the owner's `Table::remove_and_wait` waits for that.
+        with_bh_disabled(|| self.st.lock().sh.closed = true);
+    }
+
+    /// What `rdma resource show qp -dd` reports (the rings' fill is clamped to their size: a
+    /// user may have written anything into its producer index).
+    pub(crate) fn res(&self) -> QpRes {
+        with_bh_disabled(|| {
+            let d = self.st.lock();
+            let fill = |r: &Option<(SharedRing, u32, usize)>, cons: u32| {
+                r.as_ref().map(|(ring, slots, _)| {
+                    (
+                        *slots,
+                        ring.load_acquire(PROD).wrapping_sub(cons).min(*slots),
+                    )
+                })
+            };
+            QpRes {
+                sq_psn: d.eng.sq_psn(),
+                rq_psn: d.eng.rq_psn(),
+                details: d.eng.details(),
+                sq: fill(&self.sq, d.sh.sq_cons),
+                rq: fill(&self.rq, d.sh.rq_cons),
+                broken: d.sh.sq_broken || d.sh.rq_broken,
+            }
+        })
+    }
+
+    /// State, send PSN, receive PSN and SQ-draining as the data path knows them.
+    pub(crate) fn snapshot(&self) -> (QpState, u32, u32, bool) {
+        with_bh_disabled(|| {
+            let d = self.st.lock();
+            (
+                d.eng.state(),
+                d.eng.sq_psn(),
+                d.eng.rq_psn(),
+                d.eng.sq_draining(),
+            )
+        })
+    }
+}
