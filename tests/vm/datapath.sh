@@ -92,16 +92,6 @@ else
   [ -e "/sys/class/infiniband/$dev1" ] || rdma link add "$dev1" type "$type" netdev veth1
 fi
 # gid_index DEV: the RoCE v2 GID of the netdev's IPv4 address (IPv4-mapped)
-gid_index() {
-  local dev=$1 t i g
-  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
-    i=${t##*/}
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
-    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i")
-    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
-  done
-  return 1
-}
 active() { [ "$(port_state "$1")" = PORT_ACTIVE ]; }
 check "setup.devices" test -e "/sys/class/infiniband/$dev0" -a -e "/sys/class/infiniband/$dev1"
 check "setup.ports_active" wait_for 20 bash -c "$(declare -f port_state); \

@@ -23,6 +23,19 @@ summary() { echo "$PASSED passed, $FAILED failed"; exit "$FAILED"; }
 port_state() { ibv_devinfo -d "$1" 2>/dev/null | awk '/state:/ && !/phys/ {print $2; exit}'; }
 active_mtu() { ibv_devinfo -d "$1" 2>/dev/null | awk '/active_mtu:/ {print $2; exit}'; }
 export -f port_state active_mtu
+# gid_index DEV: the index of DEV's RoCE v2 GID that carries an IPv4 address (port 1); fails
+# while there is none yet.
+gid_index() {
+  local dev=$1 t i g
+  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
+    i=${t##*/}
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
+    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i" 2>/dev/null)
+    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
+  done
+  return 1
+}
+export -f gid_index
 # rdma_rxe binds UDP 4791 in init_net when it loads, and an rrxe device binds it when its GSI QP
 # (QP1, for rdma_cm) is created: whichever comes first owns the port there. For rdma_rxe beside
 # rrxe devices in init_net, load rdma_rxe first: re-add the rrxe devices around it (they then

@@ -17,16 +17,6 @@ T=${RRXE_NETNS_STEP_TIMEOUT:-60}
 modprobe crc32_generic 2>/dev/null
 modprobe rrxe || { fail setup.modprobe; summary; }
 
-gid_index() {  # DEV: the RoCE v2 GID of the netdev's IPv4 address
-  local dev=$1 t i g
-  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
-    i=${t##*/}
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
-    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i")
-    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
-  done
-  return 1
-}
 
 # setup N: namespaces nsaN/nsbN, veth vaN (10.98.N.1, in nsaN) <-> vbN (10.98.N.2, in nsbN),
 # devices rxaN and rxbN on them.

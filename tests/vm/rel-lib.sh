@@ -13,21 +13,11 @@
 # command prefixes X0/X1 (arrays: `ip netns exec peer` for the side in "peer", else empty),
 # NS0/NS1 (tc/ip prefixes for the side's veth) and TOPO (A, B or Brxe).
 
-gid_index() {
-  local dev=$1 t i g
-  for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
-    i=${t##*/}
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
-    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i" 2>/dev/null)
-    case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
-  done
-  return 1
-}
 both_active() {
   [ "$(port_state "$1")" = PORT_ACTIVE ] && [ "$(port_state "$2")" = PORT_ACTIVE ] &&
     gid_index "$1" >/dev/null && gid_index "$2" >/dev/null
 }
-export -f gid_index both_active
+export -f both_active
 
 rel_log() { echo "reliability: $*"; }
 
