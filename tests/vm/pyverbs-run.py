@@ -179,6 +179,7 @@ def compare(argv):
     ap.add_argument('--ref', required=True)
     ap.add_argument('--dut', required=True)
     ap.add_argument('--xfail')
+    ap.add_argument('--gaps')
     ap.add_argument('modules', nargs='+')
     a = ap.parse_args(argv)
     rname, rpath = a.ref.split('=', 1)
@@ -192,6 +193,13 @@ def compare(argv):
                 if line.strip() and not line.startswith('#'):
                     tid, _, why = line.rstrip('\n').partition('\t')
                     xfail[tid.strip()] = why.strip()
+    gaps = {}
+    if a.gaps and os.path.exists(a.gaps):
+        with open(a.gaps) as f:
+            for line in f:
+                if line.strip() and not line.startswith('#'):
+                    tid, _, why = line.rstrip('\n').partition('\t')
+                    gaps[tid.strip()] = why.strip()
     bad = ('fail', 'error', 'timeout')
 
     def counts(rows, mod):
@@ -259,6 +267,27 @@ def compare(argv):
                 print(f'  {st}: {tid}: {det}')
         else:
             print(f'PASS pyverbs.{mod}')
+    # Parity: every test the reference passes passes on the DUT too, except the gaps listed
+    # (each with its reason) in --gaps; a listed gap that has closed is reported, so that the
+    # list only shrinks.
+    if ref:
+        behind = [tid for tid in sorted(ref) if ref[tid][0] in a.modules and ref[tid][1] == 'pass'
+                  and dut.get(tid, ('', 'did not run'))[1] != 'pass' and tid not in gaps]
+        closed = [tid for tid in sorted(gaps) if dut.get(tid, ('', ''))[1] == 'pass']
+        for tid in sorted(gaps):
+            if tid not in closed:
+                print(f'GAP {tid}: {gaps[tid]}')
+        if behind or closed:
+            failed += 1
+            print(f'FAIL pyverbs.parity_with_{rname}: {len(behind)} passing on {rname} and not on '
+                  f'{dname}, {len(closed)} listed gaps closed (remove them from the list)')
+            for tid in behind:
+                print(f'  {dut.get(tid, ("", "did not run", ""))[1]}: {tid}: '
+                      f'{dut.get(tid, ("", "", ""))[2]}')
+            for tid in closed:
+                print(f'  closed: {tid}')
+        else:
+            print(f'PASS pyverbs.parity_with_{rname}')
     return 1 if failed else 0
 
 
