@@ -31,9 +31,14 @@ pub(crate) mod work;
 
 use kernel::error::Error;
 
+/// The `Error` for a positive errno: one of `logic::errno`'s, or a binding's constant.
+pub(crate) fn errno(e: i32) -> Error {
+    Error::from_errno(-e)
+}
+
 /// `EOPNOTSUPP`, which `kernel::error::code` lacks in 6.12.
 pub(crate) fn eopnotsupp() -> Error {
-    Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+    errno(crate::logic::errno::EOPNOTSUPP)
 }
 
 /// `EPROTO`, which `kernel::error::code` lacks in 6.12.

@@ -156,8 +156,9 @@ pub(crate) fn counters() -> UdpCounters {
     }
 }
 
+/// A binding's errno constant as an [`Error`].
 fn errno(e: u32) -> Error {
-    Error::from_errno(-(e as i32))
+    super::errno(e as i32)
 }
 
 /// `IS_ERR` for a kernel pointer.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Rules for `rdma link add NAME type rrxe netdev IF`.
 
+use super::errno;
+
 /// Why a link request is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkError {
@@ -19,9 +21,9 @@ impl LinkError {
     /// The positive errno the request fails with.
     pub const fn errno(self) -> i32 {
         match self {
-            LinkError::ReservedName | LinkError::BadName => 22, // EINVAL
-            LinkError::NotEthernet => 93,                       // EPROTONOSUPPORT
-            LinkError::Exists => 17,                            // EEXIST
+            LinkError::ReservedName | LinkError::BadName => errno::EINVAL,
+            LinkError::NotEthernet => errno::EPROTONOSUPPORT,
+            LinkError::Exists => errno::EEXIST,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! storage outside any lock ([`Table::regrow`]). Attachments are counted per (group, QP): each successful
 //! `attach` is undone by one `detach`, which is what ib_core's `usecnt` on the QP assumes.
 
+use super::errno;
 use super::limits::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH};
 use super::roce::{self, GidAddr};
 use core::ops::DerefMut;
@@ -27,6 +28,16 @@ pub enum McastError {
     NoRoom,
     /// Detach of a QP that is not attached to the group (`EINVAL`).
     NotAttached,
+}
+
+impl McastError {
+    /// The positive errno an attach or a detach fails with.
+    pub const fn errno(self) -> i32 {
+        match self {
+            McastError::NotMulticast | McastError::NotAttached => errno::EINVAL,
+            McastError::Full | McastError::NoRoom => errno::ENOMEM,
+        }
+    }
 }
 
 /// What an attach or a detach did to the group.

@@ -9,6 +9,7 @@
 // SAFETY comments there).
 #![forbid(unsafe_code)]
 
+pub mod errno;
 pub mod guid;
 pub mod icrc;
 pub mod idalloc;

@@ -1,12 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Memory region rules.
 
+use super::errno::{EINVAL, EOPNOTSUPP};
 use super::qp_attr::access;
-
-/// `EINVAL`.
-const EINVAL: i32 = 22;
-/// `EOPNOTSUPP`.
-const EOPNOTSUPP: i32 = 95;
 
 /// Access bits an MR may carry: local write, the remote rights, RDMA FLUSH with the global
 /// visibility placement type, zero-based and huge-page hints, plus the "optional" range that

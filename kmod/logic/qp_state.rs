@@ -13,11 +13,7 @@
 use core::fmt;
 use core::ops::{BitAnd, BitAndAssign, BitOr, BitOrAssign, Not};
 
-/// `EINVAL` as a positive number.
-pub const EINVAL: i32 = 22;
-
-/// `EOPNOTSUPP` as a positive number.
-pub const EOPNOTSUPP: i32 = 95;
+pub use super::errno::{EINVAL, EOPNOTSUPP};
 
 /// A QP state: `enum ib_qp_state`.
 #[repr(u32)]

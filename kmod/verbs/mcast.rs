@@ -36,10 +36,7 @@ pub(crate) struct Mcast {
 }
 
 fn errno_of(e: McastError) -> Error {
-    match e {
-        McastError::NotMulticast | McastError::NotAttached => EINVAL,
-        McastError::Full | McastError::NoRoom => ENOMEM,
-    }
+    super::errno(e.errno())
 }
 
 impl Mcast {

@@ -26,9 +26,4 @@ mod wq;
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;
 
-use kernel::prelude::*;
-
-/// Converts a `logic` errno (positive) into an [`Error`].
-fn errno(e: i32) -> Error {
-    Error::from_errno(-e)
-}
+use crate::ib::errno;
