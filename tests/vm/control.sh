@@ -91,6 +91,7 @@ out=/tmp/verbs.out
 "$bin" --dev "$dev" --skip cycles $RRXE_TEST_ARGS > "$out" 2>&1
 rc=$?
 grep -vE '^[0-9]+ passed, [0-9]+ failed$' "$out"
+program_took verbs_checks
 p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out")
 PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
 echo "verbs program: $(tail -1 "$out") (exit $rc)"
@@ -110,6 +111,7 @@ if [ "$cycles" -gt 0 ]; then
   rc=$?
   slab_snapshot > /tmp/slab.after
   grep -vE '^[0-9]+ passed, [0-9]+ failed$' "$out"
+  program_took cycles
   p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
   check "cycles_program_completed" grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$out"

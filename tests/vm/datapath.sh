@@ -230,6 +230,7 @@ sub() {
   local x
   for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known bug of $type):/"); done
   echo "$out"
+  program_took "$n${sfx:+.$sfx}"
   local xf
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); xf=$(grep -c '^XFAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))

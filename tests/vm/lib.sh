@@ -6,6 +6,10 @@ PASSED=0; FAILED=0; LAST_CHECK_T=${EPOCHSECONDS:-0}; TOOK=
 took() { local now=${EPOCHSECONDS:-0}; TOOK=
   [ $((now - LAST_CHECK_T)) -ge 1 ] && TOOK=" ($((now - LAST_CHECK_T)) s)"; LAST_CHECK_T=$now; }
 pass() { PASSED=$((PASSED + 1)); took; echo "PASS $1$TOOK"; }
+# program_took NAME: after a test program that printed its own PASS/FAIL lines (which carry no
+# time): "TIME NAME: N s" since the check before it (tests/vm/run-all lists it among the
+# slowest), and the next check's time starts here.
+program_took() { local now=${EPOCHSECONDS:-0}; echo "TIME $1: $((now - LAST_CHECK_T)) s"; LAST_CHECK_T=$now; }
 fail() { FAILED=$((FAILED + 1)); took; echo "FAIL $1$TOOK: ${2:-}"; }
 # check NAME CMD...: passes when CMD succeeds.
 check() { local n=$1; shift; local out; if out=$("$@" 2>&1); then pass "$n"; else fail "$n" "$(echo "$out" | tail -5)"; fi; }

@@ -23,6 +23,7 @@ check "provider.program_built" test -x "$bin"
 out=$(timeout 300 "$bin" --dev "$dev" --writes "${RRXE_EXT_WRITES:-2000}" 2>&1)
 rc=$?
 echo "$out" | grep -E '^(PASS|FAIL|SKIP|INFO) ' | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 extended./'
+program_took extended
 p=$(echo "$out" | grep -c '^PASS '); f=$(echo "$out" | grep -c '^FAIL ')
 PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
 if [ "$rc" != 0 ] && [ "$f" = 0 ]; then fail "extended.exit" "rc $rc: $(echo "$out" | tail -5)"; fi

@@ -145,6 +145,7 @@ sub() {
     out=$(echo "$out" | sed -E "s/^FAIL (B\.(reorder|loss1|loss10|dup5|corrupt2)\.integrity\.rc\.two_devices): ($xfail_sig_stale_ack)/XFAIL \1 (suspected rdma_rxe 6.12 requester bug: a stale ACK inside a READ response, see the header): \3/")
   fi
   echo "$out"
+  program_took "$pre"
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
   if [ $rc = 124 ] || [ $rc = 137 ]; then fail "$pre" "hang: killed after ${T} s"

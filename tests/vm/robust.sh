@@ -71,6 +71,7 @@ sub() {
   out=$(timeout -k 5 "$t" "$@" 2>&1); rc=$?
   out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$')
   echo "$out"
+  program_took "$n"
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
   if [ $rc != 0 ] && [ "$f" = 0 ]; then fail "$n" "exit $rc$([ $rc = 124 ] && echo ' (timeout)'): $(echo "$out" | tail -3)"; fi
