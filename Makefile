@@ -5,7 +5,7 @@
 #   make fuzz   longer fuzz runs than make test's
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench soak fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench scale soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -30,6 +30,11 @@ test-vm: build
 
 bench:
 	scripts/bench
+
+# The control path at scale, rdma_rxe beside rrxe: create/destroy rates, process exit holding
+# 10,000 QPs and 65,000 MRs, a 1 GiB MR (scripts/scale; not part of make test).
+scale:
+	scripts/scale
 
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path, the
 # coverage-guided host targets (RRXE_FUZZ_SECONDS each, default 300; cargo-fuzz, stable), the guest.
