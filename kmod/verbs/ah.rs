@@ -4,7 +4,7 @@
 
 use super::{
     av::{self, Path},
-    device::{Rrxe, RrxeDev},
+    device::Rrxe,
     pd::RrxePd,
 };
 use crate::ib::{device::Device, objects::AddressVector, udata::Udata};
@@ -46,40 +46,23 @@ pub(super) fn create(
     } else {
         GFP_ATOMIC
     };
-    data.quota.ah.take_for(lim::MAX_AH, udata.is_some())?;
-    let num = match data.alloc_ah_num() {
-        Ok(n) => n,
-        Err(e) => {
-            RrxeDev::release(&data.quota.ah);
-            return Err(e);
+    let quota = data.quota.ah.reserve(lim::MAX_AH, udata.is_some())?;
+    let num = data.reserve_ah_num()?;
+    if let Some(u) = udata {
+        if u.outlen() > 0 {
+            u.respond(&uapi::CreateAhResp {
+                ah_num: num.id(),
+                reserved: 0,
+            })?;
         }
-    };
-    let r = (|| -> Result {
-        if let Some(u) = udata {
-            if u.outlen() > 0 {
-                u.respond(&uapi::CreateAhResp {
-                    ah_num: num,
-                    reserved: 0,
-                })?;
-            }
-        }
-        data.fabric.ahs.insert(
-            num,
-            Arc::new(
-                AhInner {
-                    path,
-                    pd: pd as *const RrxePd as usize,
-                },
-                gfp,
-            )?,
-        )
-    })();
-    if let Err(e) = r {
-        data.free_ah_num(num);
-        RrxeDev::release(&data.quota.ah);
-        return Err(e);
     }
-    Ok(RrxeAh { num })
+    let inner = AhInner {
+        path,
+        pd: pd as *const RrxePd as usize,
+    };
+    data.fabric.ahs.insert(num.id(), Arc::new(inner, gfp)?)?;
+    quota.keep();
+    Ok(RrxeAh { num: num.keep() })
 }
 
 /// Destroys `ah`, in any context (kernel consumers destroy AHs under `spin_lock_irqsave`). No
@@ -91,7 +74,7 @@ pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, _sleepable: bool) {
     let data = dev.data();
     drop(data.fabric.ahs.take(ah.num));
     data.free_ah_num(ah.num);
-    RrxeDev::release(&data.quota.ah);
+    data.quota.ah.release();
 }
 
 /// An address handle as the data path sees it.

@@ -3,7 +3,7 @@
 //! `uapi`: a [`uapi::RingHeader`] then power-of-two slots of [`uapi::Cqe`]); the data path
 //! writes completions into it ([`CqInner`]).
 
-use super::device::{Rrxe, RrxeDev};
+use super::device::Rrxe;
 use crate::ib::{bh::with_bh_disabled, kverbs::Wc};
 use crate::ib::{
     device::Device,
@@ -97,8 +97,9 @@ pub(super) fn create(
     let (ring, slots) = new_ring(udata, cqe)?;
     let ring = Some(ring);
     let qps = kernel_qps(udata, slots)?;
+    let quota = dev.data().quota.cq.reserve(lim::MAX_CQ, udata.is_some())?;
     let inner = Arc::pin_init(CqInner::new(ring, slots, qps, ev), GFP_KERNEL_ACCOUNT)?;
-    dev.data().quota.cq.take_for(lim::MAX_CQ, udata.is_some())?;
+    quota.keep();
     Ok((
         RrxeCq {
             inner,
@@ -109,7 +110,7 @@ pub(super) fn create(
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, _cq: &RrxeCq) {
-    RrxeDev::release(&dev.data().quota.cq);
+    dev.data().quota.cq.release();
 }
 
 pub(super) fn resize(

@@ -20,15 +20,12 @@ pub(crate) struct Rrxe;
 pub(crate) struct Quota(AtomicU32);
 
 impl Quota {
-    /// Counts one more object for a user context (`user`, the create verb had udata) or a
+    /// Reserves one more object for a user context (`user`, the create verb had udata) or a
     /// kernel consumer: `ENOMEM` at [`lim::user_max`] of `max` for a user, at `max` for the
-    /// kernel (which keeps the difference in reserve).
-    pub(crate) fn take_for(&self, max: u32, user: bool) -> Result {
-        self.take(if user { lim::user_max(max) } else { max })
-    }
-
-    /// Counts one more object, or `ENOMEM` at `max`.
-    pub(crate) fn take(&self, max: u32) -> Result {
+    /// kernel (which keeps the difference in reserve). The reservation is given back when it
+    /// is dropped, unless the create succeeded and [`QuotaSlot::keep`] made it the object's.
+    pub(crate) fn reserve(&self, max: u32, user: bool) -> Result<QuotaSlot<'_>> {
+        let max = if user { lim::user_max(max) } else { max };
         self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 if n < max {
@@ -37,8 +34,76 @@ impl Quota {
                     None
                 }
             })
-            .map(|_| ())
+            .map(|_| QuotaSlot(Some(self)))
             .map_err(|_| ENOMEM)
+    }
+
+    /// Gives back the count of one destroyed object (whose reservation was kept).
+    pub(crate) fn release(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One object counted by a [`Quota`], given back on drop unless kept.
+#[must_use]
+pub(crate) struct QuotaSlot<'a>(Option<&'a Quota>);
+
+impl QuotaSlot<'_> {
+    /// The object exists: it keeps the count, and its destroy gives it back
+    /// ([`Quota::release`]).
+    pub(crate) fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for QuotaSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(q) = self.0 {
+            q.release();
+        }
+    }
+}
+
+/// Which id space an [`IdSlot`] came from.
+#[derive(Clone, Copy)]
+enum IdKind {
+    Ah,
+    Qp,
+    Mr,
+}
+
+/// An id reserved from one of the device's allocators, freed on drop unless kept: the one
+/// rollback of every create path.
+#[must_use]
+pub(crate) struct IdSlot<'a> {
+    dev: &'a RrxeDev,
+    kind: IdKind,
+    id: u32,
+    armed: bool,
+}
+
+impl IdSlot<'_> {
+    /// The id.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The object exists under this id: its destroy frees it.
+    pub(crate) fn keep(mut self) -> u32 {
+        self.armed = false;
+        self.id
+    }
+}
+
+impl Drop for IdSlot<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            match self.kind {
+                IdKind::Ah => self.dev.free_ah_num(self.id),
+                IdKind::Qp => self.dev.free_qpn(self.id),
+                IdKind::Mr => self.dev.free_mr_index(self.id),
+            }
+        }
     }
 }
 
@@ -130,13 +195,23 @@ impl RrxeDev {
         }? Error))
     }
 
-    /// Any context.
-    pub(crate) fn alloc_ah_num(&self) -> Result<u32> {
+    fn slot(&self, kind: IdKind, id: u32) -> IdSlot<'_> {
+        IdSlot {
+            dev: self,
+            kind,
+            id,
+            armed: true,
+        }
+    }
+
+    /// An AH number; any context.
+    pub(crate) fn reserve_ah_num(&self) -> Result<IdSlot<'_>> {
         with_bh_disabled(|| {
             let mut ids = self.ah_ids.lock();
             let Ids { alloc, bits, .. } = &mut *ids;
             alloc.alloc(bits).ok_or(ENOMEM)
         })
+        .map(|n| self.slot(IdKind::Ah, n))
     }
 
     pub(crate) fn free_ah_num(&self, n: u32) {
@@ -147,15 +222,13 @@ impl RrxeDev {
         })
     }
 
-    /// Releases one object counted by `q`.
-    pub(crate) fn release(q: &Quota) {
-        q.0.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn alloc_qpn(&self) -> Result<u32> {
-        let mut ids = self.qpns.lock();
-        let Ids { alloc, bits, .. } = &mut *ids;
-        alloc.alloc(bits).ok_or(ENOMEM)
+    pub(crate) fn reserve_qpn(&self) -> Result<IdSlot<'_>> {
+        let n = {
+            let mut ids = self.qpns.lock();
+            let Ids { alloc, bits, .. } = &mut *ids;
+            alloc.alloc(bits).ok_or(ENOMEM)?
+        };
+        Ok(self.slot(IdKind::Qp, n))
     }
 
     pub(crate) fn free_qpn(&self, qpn: u32) {
@@ -165,20 +238,23 @@ impl RrxeDev {
     }
 
     /// An MR index and a fresh, random key byte (never the index's previous one).
-    pub(crate) fn alloc_mr_index(&self) -> Result<(u32, u8)> {
-        let mut ids = self.mr_ids.lock();
-        let Ids {
-            alloc,
-            bits,
-            last_key,
-        } = &mut *ids;
-        let index = alloc.alloc(bits).ok_or(ENOMEM)?;
-        let mut key = 0;
-        if let Some(last) = last_key.get_mut(index as usize) {
-            key = idalloc::next_key_byte(crate::ib::random_u32(), *last);
-            *last = key;
-        }
-        Ok((index, key))
+    pub(crate) fn reserve_mr_index(&self) -> Result<(IdSlot<'_>, u8)> {
+        let (index, key) = {
+            let mut ids = self.mr_ids.lock();
+            let Ids {
+                alloc,
+                bits,
+                last_key,
+            } = &mut *ids;
+            let index = alloc.alloc(bits).ok_or(ENOMEM)?;
+            let mut key = 0;
+            if let Some(last) = last_key.get_mut(index as usize) {
+                key = idalloc::next_key_byte(crate::ib::random_u32(), *last);
+                *last = key;
+            }
+            (index, key)
+        };
+        Ok((self.slot(IdKind::Mr, index), key))
     }
 
     pub(crate) fn free_mr_index(&self, index: u32) {

@@ -37,8 +37,8 @@ pub(super) fn reg_user(
         return Err(EFAULT);
     }
     let data = dev.data();
-    let (index, key_byte) = data.alloc_mr_index()?;
-    let lkey = idalloc::make_key(index, key_byte);
+    let (index, key_byte) = data.reserve_mr_index()?;
+    let lkey = idalloc::make_key(index.id(), key_byte);
     let inner = MrInner {
         key: lkey,
         pd: pd as *const RrxePd as usize,
@@ -48,13 +48,10 @@ pub(super) fn reg_user(
         mem: MrMem::User(umem),
         fast: None,
     };
-    let r = Arc::new(inner, GFP_KERNEL_ACCOUNT)
-        .map_err(Error::from)
-        .and_then(|a| data.fabric.mrs.insert(index, a));
-    if let Err(e) = r {
-        data.free_mr_index(index);
-        return Err(e);
-    }
+    data.fabric
+        .mrs
+        .insert(index.id(), Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
+    let index = index.keep();
     Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
 }
 
@@ -74,8 +71,8 @@ pub(super) fn get_dma(
         return Err(EINVAL);
     }
     let data = dev.data();
-    let (index, key_byte) = data.alloc_mr_index()?;
-    let lkey = idalloc::make_key(index, key_byte);
+    let (index, key_byte) = data.reserve_mr_index()?;
+    let lkey = idalloc::make_key(index.id(), key_byte);
     let inner = MrInner {
         key: lkey,
         pd: pd as *const RrxePd as usize,
@@ -85,13 +82,10 @@ pub(super) fn get_dma(
         mem: MrMem::Kernel(mem),
         fast: None,
     };
-    let r = Arc::new(inner, GFP_KERNEL)
-        .map_err(Error::from)
-        .and_then(|a| data.fabric.mrs.insert(index, a));
-    if let Err(e) = r {
-        data.free_mr_index(index);
-        return Err(e);
-    }
+    data.fabric
+        .mrs
+        .insert(index.id(), Arc::new(inner, GFP_KERNEL)?)?;
+    let index = index.keep();
     Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
 }
 
@@ -116,39 +110,36 @@ pub(super) fn alloc_fast(
     }
     let pages = PageList::new(max_num_sg as usize)?;
     let data = dev.data();
-    let (index, key_byte) = data.alloc_mr_index()?;
-    let key = idalloc::make_key(index, key_byte);
-    let r = (|| -> Result {
-        let fast = KBox::pin_init(
-            new_spinlock!(
-                FastReg {
-                    valid: false,
-                    key,
-                    access: 0,
-                    iova: 0,
-                    length: 0,
-                    page_size: kernel::page::PAGE_SIZE as u64,
-                    pages,
-                },
-                "rrxe:frmr"
-            ),
-            GFP_KERNEL,
-        )?;
-        let inner = MrInner {
-            key,
-            pd: pd as *const RrxePd as usize,
-            access: 0,
-            iova: 0,
-            length: 0,
-            mem: MrMem::Fast,
-            fast: Some(fast),
-        };
-        data.fabric.mrs.insert(index, Arc::new(inner, GFP_KERNEL)?)
-    })();
-    if let Err(e) = r {
-        data.free_mr_index(index);
-        return Err(e);
-    }
+    let (index, key_byte) = data.reserve_mr_index()?;
+    let key = idalloc::make_key(index.id(), key_byte);
+    let fast = KBox::pin_init(
+        new_spinlock!(
+            FastReg {
+                valid: false,
+                key,
+                access: 0,
+                iova: 0,
+                length: 0,
+                page_size: kernel::page::PAGE_SIZE as u64,
+                pages,
+            },
+            "rrxe:frmr"
+        ),
+        GFP_KERNEL,
+    )?;
+    let inner = MrInner {
+        key,
+        pd: pd as *const RrxePd as usize,
+        access: 0,
+        iova: 0,
+        length: 0,
+        mem: MrMem::Fast,
+        fast: Some(fast),
+    };
+    data.fabric
+        .mrs
+        .insert(index.id(), Arc::new(inner, GFP_KERNEL)?)?;
+    let index = index.keep();
     Ok((
         RrxeMr { index },
         MrKeys {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Protection domains.
 
-use super::device::{Rrxe, RrxeDev};
+use super::device::Rrxe;
 use crate::ib::{device::Device, udata::Udata};
 use crate::logic::limits as lim;
 use kernel::prelude::*;
@@ -13,10 +13,14 @@ pub(super) fn alloc(dev: &Device<Rrxe>, udata: Option<&Udata>) -> Result<RrxePd>
     if let Some(u) = udata {
         u.expect_no_cmd()?;
     }
-    dev.data().quota.pd.take_for(lim::MAX_PD, udata.is_some())?;
+    dev.data()
+        .quota
+        .pd
+        .reserve(lim::MAX_PD, udata.is_some())?
+        .keep();
     Ok(RrxePd)
 }
 
 pub(super) fn dealloc(dev: &Device<Rrxe>, _pd: &RrxePd) {
-    RrxeDev::release(&dev.data().quota.pd);
+    dev.data().quota.pd.release();
 }

@@ -2,11 +2,7 @@
 //! Shared receive queues: a receive ring shared with the provider (`post_srq_recv` makes no
 //! system call), consumed by the QPs attached to it, with the SRQ limit event.
 
-use super::{
-    device::{Rrxe, RrxeDev},
-    pd::RrxePd,
-    qp::new_wq,
-};
+use super::{device::Rrxe, pd::RrxePd, qp::new_wq};
 use crate::ib::{bh::with_bh_disabled, ring::SharedRing};
 use crate::ib::{
     device::Device,
@@ -53,8 +49,8 @@ pub(super) fn create(
         u.respond(&uapi::CreateSrqResp { rq: info })?;
     }
     let data = dev.data();
-    data.quota.srq.take_for(lim::MAX_SRQ, udata.is_some())?;
-    let inner = match Arc::pin_init(
+    let quota = data.quota.srq.reserve(lim::MAX_SRQ, udata.is_some())?;
+    let inner = Arc::pin_init(
         SrqInner::new(
             ring,
             info.slots,
@@ -65,13 +61,8 @@ pub(super) fn create(
             ev,
         ),
         GFP_KERNEL_ACCOUNT,
-    ) {
-        Ok(i) => i,
-        Err(e) => {
-            RrxeDev::release(&data.quota.srq);
-            return Err(e);
-        }
-    };
+    )?;
+    quota.keep();
     Ok(RrxeSrq { inner })
 }
 
@@ -110,7 +101,7 @@ pub(super) fn query(_dev: &Device<Rrxe>, srq: &RrxeSrq) -> Result<SrqAttr> {
 }
 
 pub(super) fn destroy(dev: &Device<Rrxe>, _srq: &RrxeSrq) {
-    RrxeDev::release(&dev.data().quota.srq);
+    dev.data().quota.srq.release();
 }
 
 /// SRQ ring state.

@@ -7,7 +7,7 @@ use crate::logic::transport as tp;
 use crate::logic::transport::{RecvTake, RecvWr};
 use crate::uapi;
 use crate::uapi::{RingHeader, Sge};
-use core::mem::{offset_of, size_of};
+use core::mem::{offset_of, size_of, size_of_val};
 use kernel::prelude::*;
 
 pub(super) const PROD: usize = offset_of!(RingHeader, producer);
@@ -27,7 +27,7 @@ pub(super) fn write_recv_slot(
     sges: &[Sge],
 ) -> Result {
     let body = off + size_of::<uapi::RecvWqe>();
-    if body + sges.len() * size_of::<Sge>() > off + slot_size {
+    if body + size_of_val(sges) > off + slot_size {
         return Err(EINVAL);
     }
     r.write(off, &tp::encode_recv_wqe(wr_id, sges.len() as u32))?;

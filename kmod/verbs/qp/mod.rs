@@ -15,12 +15,7 @@ pub(super) use modify::modify;
 pub(super) use send::BUDGET;
 pub(crate) use state::{Eng, QpInner, QpParts};
 
-use super::{
-    av::Path,
-    device::{Rrxe, RrxeDev},
-    errno,
-    pd::RrxePd,
-};
+use super::{av::Path, device::Rrxe, errno, pd::RrxePd};
 use crate::ib::{
     device::Device,
     kverbs::KSendWr,
@@ -259,26 +254,14 @@ pub(super) fn create(
     let srq = links.srq.map(|s| s.inner.clone());
     let srq_sge = srq.as_ref().map_or(0, |s| s.max_sge);
     let data = dev.data();
-    data.quota.qp.take_for(lim::MAX_QP, udata.is_some())?;
-    let qpn = match qp_type {
-        // The GSI QP is always QP1 (reserved in the QPN allocator); the QP table refuses a
-        // second one.
-        QpType::Gsi => Ok(GSI_QPN),
-        _ => data.alloc_qpn(),
+    let quota = data.quota.qp.reserve(lim::MAX_QP, udata.is_some())?;
+    // The GSI QP is always QP1 (reserved in the QPN allocator); the QP table refuses a
+    // second one.
+    let qpn_slot = match qp_type {
+        QpType::Gsi => None,
+        _ => Some(data.reserve_qpn()?),
     };
-    let qpn = match qpn {
-        Ok(n) => n,
-        Err(e) => {
-            RrxeDev::release(&data.quota.qp);
-            return Err(e);
-        }
-    };
-    let release = kernel::types::ScopeGuard::new(|| {
-        if qpn != GSI_QPN {
-            data.free_qpn(qpn);
-        }
-        RrxeDev::release(&data.quota.qp);
-    });
+    let qpn = qpn_slot.as_ref().map_or(GSI_QPN, |s| s.id());
     if qp_type == QpType::Gsi {
         // MADs arrive from the wire before any user path opens the socket: open it now. It
         // can be refused (another RoCE driver holds UDP 4791 in this namespace); the MAD layer
@@ -332,7 +315,10 @@ pub(super) fn create(
     inner.bind_timer(&inner)?;
     data.fabric.qps.insert(qpn, inner.clone())?;
     inner.attach_gauge(&inner);
-    release.dismiss();
+    quota.keep();
+    if let Some(s) = qpn_slot {
+        s.keep();
+    }
     let qp = RrxeQp {
         qpn,
         qp_type,
@@ -433,7 +419,7 @@ pub(super) fn destroy(dev: &Device<Rrxe>, qp: RrxeQp) {
     if qpn != GSI_QPN {
         dev.data().free_qpn(qpn);
     }
-    RrxeDev::release(&dev.data().quota.qp);
+    dev.data().quota.qp.release();
 }
 
 /// A kernel consumer's send WR: checked against the QP's caps, then queued (the doorbell

@@ -22,7 +22,7 @@ use crate::verbs::{
     wq::{write_recv_slot, CONS, FLAGS, HDR, PROD},
 };
 use core::{
-    mem::size_of,
+    mem::{size_of, size_of_val},
     sync::atomic::{fence, Ordering},
 };
 use kernel::prelude::*;
@@ -213,7 +213,7 @@ impl QpInner {
         };
         self.kernel_produce(ring, (*slots, self.max_send_wr), *slot_size, |r, off| {
             let body = off + size_of::<SendWqe>();
-            if body + inline.len().max(sges.len() * size_of::<Sge>()) > off + *slot_size {
+            if body + inline.len().max(size_of_val(sges)) > off + *slot_size {
                 return Err(EINVAL);
             }
             r.write(off, &tp::encode_send_wqe(hdr))?;
