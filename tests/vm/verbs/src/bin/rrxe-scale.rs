@@ -7,6 +7,8 @@
 //!   a CQ of 64 entries, an RC QP with 64-entry queues, a 4 KiB MR);
 //! * `hold_create_qps`, `hold_create_mrs`: objects created per second by a child process that
 //!   then holds `qps` RC QPs and `mrs` 4 KiB MRs (capped by the device's limits, printed);
+//! * `kmem_per_qp`, `kmem_per_mr`: kernel memory (slab plus vmalloc, from /proc/meminfo) those
+//!   objects took, per object: the rings, the QP's engine state, the MR's page list;
 //! * `exit_with_objects`: seconds from SIGKILL of that child to its reaping, which includes the
 //!   kernel's teardown of everything it held (ib_uverbs cleans up in the exiting task);
 //! * `big_mr_reg`, `big_mr_dereg`: seconds to register and deregister one `big-mib` MiB MR.
@@ -16,7 +18,7 @@
 
 use rrxe_verbs_test::ffi::*;
 use rrxe_verbs_test::verbs::{Cq, Ctx, Mr, Pd, Qp};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
@@ -127,6 +129,13 @@ fn hold(a: &Args) -> Result<(), String> {
         qps.push(Qp::create(&pd, &cq, IBV_QPT_RC, cap(), false).map_err(|x| e("ibv_create_qp", x))?);
     }
     let tq = t.elapsed().as_secs_f64();
+    // The parent samples kernel memory between the QPs and the MRs.
+    println!("QPS");
+    std::io::stdout().flush().map_err(|x| x.to_string())?;
+    let mut go = [0u8; 1];
+    std::io::stdin()
+        .read_exact(&mut go)
+        .map_err(|x| x.to_string())?;
     let t = Instant::now();
     let mut mrs = Vec::with_capacity(a.mrs as usize);
     for _ in 0..a.mrs {
@@ -140,6 +149,18 @@ fn hold(a: &Args) -> Result<(), String> {
     }
 }
 
+/// Kernel memory in use, KiB: slab plus vmalloc (/proc/meminfo).
+fn kmem_kib() -> Result<u64, String> {
+    let m = std::fs::read_to_string("/proc/meminfo").map_err(|x| x.to_string())?;
+    let field = |k: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(field("Slab:") + field("VmallocUsed:"))
+}
+
 fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     if qps == 0 && mrs == 0 {
         return Ok(());
@@ -148,14 +169,21 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     let mut child = Command::new(me)
         .args(["--hold", "--dev", &a.dev, "--qps", &qps.to_string()])
         .args(["--mrs", &mrs.to_string()])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|x| format!("spawn: {x}"))?;
+    let k0 = kmem_kib()?;
     let mut line = String::new();
-    let out = child.stdout.take().ok_or("no child stdout")?;
-    BufReader::new(out)
-        .read_line(&mut line)
-        .map_err(|x| x.to_string())?;
+    let mut out = BufReader::new(child.stdout.take().ok_or("no child stdout")?);
+    out.read_line(&mut line).map_err(|x| x.to_string())?;
+    let k1 = kmem_kib()?;
+    if let Some(mut i) = child.stdin.take() {
+        i.write_all(b"g").map_err(|x| x.to_string())?;
+    }
+    line.clear();
+    out.read_line(&mut line).map_err(|x| x.to_string())?;
+    let k2 = kmem_kib()?;
     let w: Vec<f64> = line
         .strip_prefix("READY ")
         .map(|r| r.split_whitespace().filter_map(|x| x.parse().ok()).collect())
@@ -171,6 +199,16 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     }
     if mrs > 0 {
         println!("SCALE {dev} hold_create_mrs {:.0} per_s", f64::from(mrs) / tm.max(1e-9));
+    }
+    // The first sample comes before the child opened its context: its PD and CQ count too,
+    // a rounding error over thousands of QPs.
+    if qps > 0 {
+        let per = k1.saturating_sub(k0) as f64 * 1024.0 / f64::from(qps);
+        println!("SCALE {dev} kmem_per_qp {per:.0} bytes");
+    }
+    if mrs > 0 {
+        let per = k2.saturating_sub(k1) as f64 * 1024.0 / f64::from(mrs);
+        println!("SCALE {dev} kmem_per_mr {per:.0} bytes");
     }
     let t = Instant::now();
     child.kill().map_err(|x| format!("kill: {x}"))?;
