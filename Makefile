@@ -3,6 +3,7 @@
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
 #   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
 #   make fuzz   longer fuzz runs than make test's
+#   make scale  the control path at scale, rdma_rxe beside rrxe (not part of make test)
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
 .PHONY: all build demo test test-host test-vm test-install bench scale soak fuzz deps kernel clean install uninstall
