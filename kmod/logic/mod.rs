@@ -9,6 +9,7 @@
 // SAFETY comments there).
 #![forbid(unsafe_code)]
 
+pub mod dcqcn;
 pub mod errno;
 pub mod guid;
 pub mod icrc;
