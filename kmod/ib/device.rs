@@ -82,6 +82,11 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn link_changed(dev: &Device<Self>);
     /// The port's hardware counters (`rdma statistic`), in `logic::stats` index order.
     fn hw_stats(dev: &Device<Self>) -> [u64; stats::COUNT];
+    /// The device's `dcqcn` sysfs file: its text, written into `out` (a page); returns the
+    /// length.
+    fn dcqcn_show(dev: &Device<Self>, out: &mut [u8]) -> usize;
+    /// A write to the device's `dcqcn` sysfs file (`input`: what the writer wrote).
+    fn dcqcn_store(dev: &Device<Self>, input: &[u8]) -> Result;
 
     /// Protection domain data.
     type Pd: Send + Sync;
@@ -386,7 +391,7 @@ impl<T: IbDriver> Device<T> {
         ops.driver_id = b::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
         ops.uverbs_abi_ver = uverbs_abi_ver;
         ops.size_ib_ucontext = size_of::<Ucontext<T>>();
-        ops.device_group = super::sysfs::device_group();
+        ops.device_group = super::sysfs::device_group::<T>();
         ops.dealloc_driver = Some(Self::dealloc_driver_callback);
         ops.query_device = Some(Self::query_device_callback);
         ops.query_port = Some(Self::query_port_callback);

@@ -3,6 +3,7 @@
 #include <linux/if_vlan.h>
 #include <linux/bottom_half.h>
 #include <linux/jiffies.h>
+#include <linux/timekeeping.h>
 #include <net/net_namespace.h>
 #include <net/route.h>
 #include <net/udp_tunnel.h>
@@ -159,6 +160,16 @@ unsigned long rrxe_usecs_to_jiffies(unsigned int us)
 unsigned long rrxe_jiffies(void)
 {
 	return READ_ONCE(jiffies);
+}
+
+u64 rrxe_ktime_get_ns(void)
+{
+	return ktime_get_ns();
+}
+
+struct ib_device *rrxe_device_to_ibdev(struct device *dev)
+{
+	return rdma_device_to_ibdev(dev);
 }
 
 int rrxe_sysfs_emit_uint(char *buf, unsigned int v)

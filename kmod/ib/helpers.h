@@ -50,6 +50,8 @@ bool rrxe_virt_addr_valid(const void *addr);
 void rrxe_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
 unsigned long rrxe_usecs_to_jiffies(unsigned int us);
 unsigned long rrxe_jiffies(void);
+u64 rrxe_ktime_get_ns(void);
+struct ib_device *rrxe_device_to_ibdev(struct device *dev);
 unsigned long rrxe_msecs_to_jiffies(unsigned int ms);
 
 /* work.rs */

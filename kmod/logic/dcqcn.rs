@@ -197,7 +197,8 @@ impl Rp {
         }
         self.last_cut = Some(now);
         self.rt = self.rc;
-        let cut = mul_div(self.rc, self.alpha_hp, 1u64 << (p.rp_gd + 10));
+        let shift = 1u64.checked_shl(p.rp_gd.saturating_add(10)).unwrap_or(u64::MAX);
+        let cut = mul_div(self.rc, self.alpha_hp, shift);
         let floor = mul_div(self.rc, u64::from(p.rp_min_dec_fac), 100);
         self.rc = self
             .rc
@@ -225,7 +226,7 @@ impl Rp {
             events += 1;
         }
         if events == MAX_CATCH_UP {
-            self.bytes %= p.rp_byte_reset;
+            self.bytes = self.bytes.checked_rem(p.rp_byte_reset).unwrap_or(0);
         }
         events
     }
@@ -314,9 +315,11 @@ impl Rp {
     }
 }
 
-/// `a * b / c` without overflow for the ranges used here (rates up to 2^40 kbit/s).
+/// `a * b / c`, saturating: exact for the ranges used here (rates up to 100 Tb/s in kbit/s
+/// times α in 1/2^20, or a day in µs times such a rate, stay below 2^64); no 128-bit division,
+/// which the kernel does not link.
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
-    (u128::from(a) * u128::from(b) / u128::from(c.max(1))) as u64
+    a.saturating_mul(b) / c.max(1)
 }
 
 /// The notification point's spacing of CNPs for one QP: at most one per
@@ -372,5 +375,202 @@ impl Pacer {
         }
         let short = len - self.credit;
         Err(mul_div(short, 8000, rate.max(1)).max(1))
+    }
+}
+
+/// The ECN field of a RoCEv2 packet's IP header (the low two bits of the TOS byte / traffic
+/// class): ECT(0), as RoCE NICs send with congestion control on.
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion Experienced: a switch (or qdisc) on the path marked the packet.
+pub const ECN_CE: u8 = 0b11;
+
+/// The TOS / traffic-class byte of an outgoing packet: ECT(0) in the ECN field when `mark`
+/// (and never for a CNP, which goes ECN not-capable), the address vector's class above it.
+pub const fn tos(traffic_class: u8, mark: bool, cnp: bool) -> u8 {
+    let dscp = traffic_class & !0b11;
+    if mark && !cnp {
+        dscp | ECN_ECT0
+    } else {
+        dscp
+    }
+}
+
+/// Whether a received TOS / traffic-class byte carries Congestion Experienced.
+pub const fn is_ce(tos: u8) -> bool {
+    tos & 0b11 == ECN_CE
+}
+
+/// Bytes of a CNP: BTH, 16 reserved bytes, ICRC (IBTA Annex A17).
+pub const CNP_LEN: usize = 12 + 16 + 4;
+
+/// A CNP to QP `dest_qpn` (the sender of the marked packets) with P_Key `pkey`: BTH opcode
+/// 0x81, PSN 0, zeros elsewhere; the ICRC bytes are left for the transmit path to fill.
+pub const fn cnp(dest_qpn: u32, pkey: u16) -> [u8; CNP_LEN] {
+    let mut p = [0u8; CNP_LEN];
+    p[0] = super::wire::CNP_OPCODE;
+    let k = pkey.to_be_bytes();
+    p[2] = k[0];
+    p[3] = k[1];
+    let q = (dest_qpn & 0xff_ffff).to_be_bytes();
+    p[5] = q[1];
+    p[6] = q[2];
+    p[7] = q[3];
+    p
+}
+
+/// The destination QP of a received CNP (`None`: not a CNP, or too short to be one).
+pub fn cnp_dest_qp(pkt: &[u8]) -> Option<u32> {
+    if pkt.len() < CNP_LEN || pkt[0] != super::wire::CNP_OPCODE {
+        return None;
+    }
+    Some(u32::from_be_bytes([0, pkt[5], pkt[6], pkt[7]]))
+}
+
+/// Whether an outgoing RC packet is one DCQCN paces: a request (SEND, WRITE, READ request,
+/// atomics, FLUSH, ATOMIC WRITE), not an acknowledgement, a READ response or a CNP.
+pub const fn paced_opcode(op: u8) -> bool {
+    op >> 5 == 0
+        && matches!(
+            op & 0x1f,
+            0x00..=0x0c | 0x13 | 0x14 | 0x16 | 0x17 | 0x1c | 0x1d
+        )
+}
+
+/// The names of the settings, in the order [`Settings::show`] prints them: the two switches,
+/// then [`Params`] under mlx5's names.
+pub const NAMES: [&str; 15] = [
+    "ecn",
+    "cc",
+    "rp_ai_rate",
+    "rp_hai_rate",
+    "rp_gd",
+    "rp_min_dec_fac",
+    "rp_min_rate",
+    "rp_time_reset",
+    "rp_byte_reset",
+    "rp_threshold",
+    "rp_initial_alpha_value",
+    "rp_dce_tcp_g",
+    "rp_dce_tcp_rtt",
+    "rp_rate_reduce_monitor_period",
+    "np_min_time_between_cnps",
+];
+
+/// A device's DCQCN settings: the switches (ECN marking and CNPs; the rate reaction) and the
+/// parameters. Rates are shown and set in Mb/s (mlx5's unit); times in µs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub ecn: bool,
+    pub cc: bool,
+    pub params: Params,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ecn: true,
+            cc: true,
+            params: Params::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// The value of setting `NAMES[i]` as shown.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        let p = &self.params;
+        Some(match i {
+            0 => u64::from(self.ecn),
+            1 => u64::from(self.cc),
+            2 => p.rp_ai_rate / 1000,
+            3 => p.rp_hai_rate / 1000,
+            4 => u64::from(p.rp_gd),
+            5 => u64::from(p.rp_min_dec_fac),
+            6 => p.rp_min_rate / 1000,
+            7 => p.rp_time_reset,
+            8 => p.rp_byte_reset,
+            9 => u64::from(p.rp_threshold),
+            10 => u64::from(p.rp_initial_alpha_value),
+            11 => u64::from(p.rp_dce_tcp_g),
+            12 => p.rp_dce_tcp_rtt,
+            13 => p.rp_rate_reduce_monitor_period,
+            14 => p.np_min_time_between_cnps,
+            _ => return None,
+        })
+    }
+
+    /// Applies one `name value` line (what a write to the device's `dcqcn` file carries; a
+    /// trailing newline is allowed). Nothing changes unless the line names a setting, the
+    /// value parses and the resulting parameters pass [`Params::check`].
+    pub fn apply(&mut self, line: &[u8]) -> Result<(), ParamError> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let text = core::str::from_utf8(line).map_err(|_| ParamError::OutOfRange)?;
+        let mut it = text.split_ascii_whitespace();
+        let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
+            return Err(ParamError::OutOfRange);
+        };
+        let v: u64 = value.parse().map_err(|_| ParamError::OutOfRange)?;
+        let i = NAMES
+            .iter()
+            .position(|n| *n == name)
+            .ok_or(ParamError::OutOfRange)?;
+        let small = |v: u64| u32::try_from(v).map_err(|_| ParamError::OutOfRange);
+        let mbps = |v: u64| v.checked_mul(1000).ok_or(ParamError::OutOfRange);
+        let mut s = *self;
+        let p = &mut s.params;
+        match i {
+            0 | 1 if v > 1 => return Err(ParamError::OutOfRange),
+            0 => s.ecn = v == 1,
+            1 => s.cc = v == 1,
+            2 => p.rp_ai_rate = mbps(v)?,
+            3 => p.rp_hai_rate = mbps(v)?,
+            4 => p.rp_gd = small(v)?,
+            5 => p.rp_min_dec_fac = small(v)?,
+            6 => p.rp_min_rate = mbps(v)?,
+            7 => p.rp_time_reset = v,
+            8 => p.rp_byte_reset = v,
+            9 => p.rp_threshold = small(v)?,
+            10 => p.rp_initial_alpha_value = small(v)?,
+            11 => p.rp_dce_tcp_g = small(v)?,
+            12 => p.rp_dce_tcp_rtt = v,
+            13 => p.rp_rate_reduce_monitor_period = v,
+            _ => p.np_min_time_between_cnps = v,
+        }
+        s.params.check()?;
+        *self = s;
+        Ok(())
+    }
+
+    /// Writes every setting as a `name value` line into `out`; returns the bytes written
+    /// (truncated at `out`'s end).
+    pub fn show(&self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        for (i, name) in NAMES.iter().enumerate() {
+            let mut digits = [0u8; 20];
+            let mut v = self.get(i).unwrap_or(0);
+            let mut d = digits.len();
+            loop {
+                d -= 1;
+                digits[d] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            for &b in name
+                .as_bytes()
+                .iter()
+                .chain(b" ")
+                .chain(&digits[d..])
+                .chain(b"\n")
+            {
+                if n == out.len() {
+                    return n;
+                }
+                out[n] = b;
+                n += 1;
+            }
+        }
+        n
     }
 }

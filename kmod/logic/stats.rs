@@ -83,13 +83,22 @@ pub enum Stat {
     /// Duplicate READs refused (dropped) because their resource had spent its replays without
     /// the requester getting any further (a captured or spoofed request sent again and again).
     ReadReplaysRefused,
-    /// RoCEv2 Congestion Notification Packets received (BTH opcode 0x81), dropped: rrxe
-    /// runs no congestion control, and a CNP is no bad header.
+    /// RoCEv2 Congestion Notification Packets received (BTH opcode 0x81): each is handed to
+    /// its QP's DCQCN reaction point (`logic::dcqcn`).
     RxCnps,
+    /// Packets received with Congestion Experienced in their ECN field.
+    RxEcnCe,
+    /// CNPs sent (at most one per QP per `np_min_time_between_cnps`).
+    TxCnps,
+    /// DCQCN rate cuts made (a CNP within `rp_rate_reduce_monitor_period` of the last cut
+    /// makes none).
+    RateCuts,
+    /// Requests held back by a QP's DCQCN rate (sent later, by the pacing timer).
+    RatePaced,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RxCnps as usize + 1;
+pub const COUNT: usize = Stat::RatePaced as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -128,6 +137,10 @@ pub const ALL: [Stat; COUNT] = [
     Stat::ReadReplays,
     Stat::ReadReplaysRefused,
     Stat::RxCnps,
+    Stat::RxEcnCe,
+    Stat::TxCnps,
+    Stat::RateCuts,
+    Stat::RatePaced,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -168,6 +181,10 @@ pub const NAMES: [&str; COUNT] = [
     "read_replays\0",
     "read_replays_refused\0",
     "rx_cnps\0",
+    "rx_ecn_ce\0",
+    "tx_cnps\0",
+    "rate_cuts\0",
+    "rate_paced\0",
 ];
 
 impl Stat {

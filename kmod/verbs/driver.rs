@@ -362,6 +362,14 @@ impl IbDriver for Rrxe {
         Ok(RrxeContext)
     }
 
+    fn dcqcn_show(dev: &Device<Self>, out: &mut [u8]) -> usize {
+        dev.data().fabric.dcqcn_settings().show(out)
+    }
+
+    fn dcqcn_store(dev: &Device<Self>, input: &[u8]) -> Result {
+        dev.data().fabric.set_dcqcn(input)
+    }
+
     fn hw_stats(dev: &Device<Self>) -> [u64; stats::COUNT] {
         dev.data().stats.snapshot()
     }

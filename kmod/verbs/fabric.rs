@@ -3,11 +3,12 @@
 //! RoCEv2 socket and the multicast groups, shared with the receive path.
 
 use crate::ib::{
+    bh::with_bh_disabled,
     inflight::Gauge,
     netdev::NetDev,
     udp::{LazyUdp, TxPath, XmitError},
 };
-use crate::logic::roce;
+use crate::logic::{dcqcn, roce, wire};
 use crate::verbs::{
     ah::AhInner,
     av::Path,
@@ -18,7 +19,7 @@ use crate::verbs::{
     stats::DevStats,
     table::Table,
 };
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::{
     new_spinlock,
@@ -38,6 +39,13 @@ pub(crate) struct Fabric {
     pub(crate) stats: Arc<DevStats>,
     /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
     pub(crate) bad_rings: AtomicU64,
+    /// DCQCN's parameters (`logic::dcqcn`), read by the data path under this lock.
+    #[pin]
+    pub(crate) dcqcn: SpinLock<dcqcn::Params>,
+    /// Packets leave ECN-capable (ECT(0)); CE-marked arrivals make CNPs.
+    pub(crate) ecn: AtomicBool,
+    /// QPs react to CNPs: rate cuts, and RC requests paced to the rate.
+    pub(crate) cc: AtomicBool,
     /// Free loopback packet buffers ([`POOL_BUFS`] in all, lent to deliveries).
     #[pin]
     pub(super) pool: SpinLock<Pool>,
@@ -72,6 +80,9 @@ impl Fabric {
             ahs <- a,
             stats,
             bad_rings: AtomicU64::new(0),
+            dcqcn <- new_spinlock!(dcqcn::Params::default(), "rrxe:dcqcn"),
+            ecn: AtomicBool::new(true),
+            cc: AtomicBool::new(true),
             pool <- new_spinlock!(bufs, "rrxe:lbpool"),
             udp <- udp,
             mcast <- mcast,
@@ -91,6 +102,33 @@ impl Fabric {
             return Ok(());
         }
         opened
+    }
+
+    /// The DCQCN settings as the device's `dcqcn` sysfs file shows them.
+    pub(crate) fn dcqcn_settings(&self) -> dcqcn::Settings {
+        dcqcn::Settings {
+            ecn: self.ecn.load(Ordering::Relaxed),
+            cc: self.cc.load(Ordering::Relaxed),
+            params: with_bh_disabled(|| *self.dcqcn.lock()),
+        }
+    }
+
+    /// A write to the `dcqcn` file: one `name value` line; `EINVAL`, changing nothing, for
+    /// an unknown name or a value out of range.
+    pub(crate) fn set_dcqcn(&self, line: &[u8]) -> Result {
+        with_bh_disabled(|| {
+            let mut p = self.dcqcn.lock();
+            let mut s = dcqcn::Settings {
+                ecn: self.ecn.load(Ordering::Relaxed),
+                cc: self.cc.load(Ordering::Relaxed),
+                params: *p,
+            };
+            s.apply(line).map_err(|_| EINVAL)?;
+            *p = s.params;
+            self.ecn.store(s.ecn, Ordering::Relaxed);
+            self.cc.store(s.cc, Ordering::Relaxed);
+            Ok(())
+        })
     }
 
     /// Opens the UDP socket for receiving (process context), whatever the paths.
@@ -115,7 +153,11 @@ impl Fabric {
             dgid: path.av.dgid,
             is_v4: matches!(roce::gid_to_addr(sgid), roce::GidAddr::V4(_)),
             udp_sport: sport,
-            tclass: path.av.traffic_class,
+            tclass: dcqcn::tos(
+                path.av.traffic_class,
+                self.ecn.load(Ordering::Relaxed),
+                pkt.first() == Some(&wire::CNP_OPCODE),
+            ),
             hop_limit: path.hop_limit,
             flow_label: path.av.flow_label,
         };

@@ -225,6 +225,7 @@ pub(super) fn deliver_queue(fabric: &Fabric, out: &mut Outbox<'_>, n: &mut u32) 
                 fabric,
                 &buf[META..META + len],
                 &RxInfo { grh, src, dst },
+                false,
                 out,
             );
         }

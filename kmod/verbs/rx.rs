@@ -3,7 +3,7 @@
 //! parsed and handed to its QP, or to every UD QP attached to its multicast group.
 
 use crate::logic::{
-    iphdr,
+    dcqcn, iphdr,
     stats::Stat,
     transport::RxInfo,
     wire::{self, Packet},
@@ -19,8 +19,23 @@ use crate::verbs::{
 pub(super) const RX_BULK: u32 = 4 * BUDGET;
 
 /// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `info.grh` is the GRH
-/// a UD receiver gets (loopback packets synthesise one).
-pub(super) fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut Outbox<'_>) {
+/// a UD receiver gets (loopback packets synthesise one); `ce`: the IP header carried
+/// Congestion Experienced. A CNP goes to its QP's DCQCN reaction point.
+pub(super) fn rx_packet(
+    fabric: &Fabric,
+    bytes: &[u8],
+    info: &RxInfo,
+    ce: bool,
+    out: &mut Outbox<'_>,
+) {
+    if let Some(qpn) = dcqcn::cnp_dest_qp(bytes) {
+        fabric.stats.add(Stat::RxCnps, 1);
+        match fabric.qps.get(qpn) {
+            Some(qp) => qp.on_cnp(&info.src),
+            None => fabric.stats.add(Stat::RxUnknownQp, 1),
+        }
+        return;
+    }
     let pkt = match Packet::parse(bytes) {
         Ok(p) => p,
         Err(_) => {
@@ -35,7 +50,7 @@ pub(super) fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut 
         // A copy for each UD QP attached to the destination group (their own checks apply).
         mcast::fan_out(fabric, &info.dst, |qpn| {
             if let Some(qp) = fabric.qps.get(qpn) {
-                qp.rx(&pkt, info, out);
+                qp.rx(&pkt, info, ce, out);
             }
         });
         return;
@@ -44,7 +59,7 @@ pub(super) fn rx_packet(fabric: &Fabric, bytes: &[u8], info: &RxInfo, out: &mut 
         fabric.stats.add(Stat::RxUnknownQp, 1);
         return;
     };
-    qp.rx(&pkt, info, out);
+    qp.rx(&pkt, info, ce, out);
 }
 
 /// Packets from the wire (softirq): the device's entry in the receive table.
@@ -72,7 +87,7 @@ impl crate::ib::rxtable::Receiver for Fabric {
             dst: meta.dgid,
         };
         let mut out = Outbox::new(self, RX_BULK, None);
-        rx_packet(self, pkt, &info, &mut out);
+        rx_packet(self, pkt, &info, dcqcn::is_ce(meta.tclass), &mut out);
         deliver(self, &mut out);
     }
 }

@@ -480,5 +480,11 @@ pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
     if r.broken {
         t.str(c_str!("ring"), c_str!("broken"))?;
     }
+    if r.rate_cuts > 0 {
+        t.u64(c_str!("dcqcn_rate_cuts"), r.rate_cuts)?;
+    }
+    if let Some(kbps) = r.rate {
+        t.u64(c_str!("dcqcn_rate_kbps"), kbps)?;
+    }
     Ok(())
 }

@@ -11,7 +11,13 @@ use crate::ib::{
     timer, work,
 };
 use crate::logic::transport as tp;
-use crate::logic::{stats::Stat, transport::RxInfo, wire::Packet};
+use crate::logic::{
+    dcqcn,
+    qp_state::QpType,
+    stats::Stat,
+    transport::{Dest, Env, RxInfo},
+    wire::{self, Packet},
+};
 use crate::verbs::{
     loopback::{deliver, Outbox, OUT_HIGH},
     qp::{
@@ -20,6 +26,7 @@ use crate::verbs::{
         state::{Eng, QpInner, RespTurn, Shell},
     },
 };
+use core::sync::atomic::Ordering;
 
 /// Bulk packets one timer expiry (continuation, retransmit, RNR) may generate.
 pub(super) const RESUME_BULK: u32 = tp::READ_BURST;
@@ -200,13 +207,25 @@ impl QpInner {
     }
 
     /// Handles a packet for this QP (bottom halves disabled).
-    pub(in crate::verbs) fn rx(&self, pkt: &Packet<'_>, info: &RxInfo, out: &mut Outbox<'_>) {
+    /// Handles a packet for this QP (bottom halves disabled). `ce`: it arrived marked
+    /// Congestion Experienced, so a connected QP answers its sender with a CNP (at most one
+    /// per `np_min_time_between_cnps`).
+    pub(in crate::verbs) fn rx(
+        &self,
+        pkt: &Packet<'_>,
+        info: &RxInfo,
+        ce: bool,
+        out: &mut Outbox<'_>,
+    ) {
         let mut g = self.st.lock();
         let d = &mut *g;
         if d.sh.closed {
             return;
         }
         let mut cx = self.ctx(&mut d.sh, out);
+        if ce {
+            self.notify_congestion(&d.eng, &mut cx);
+        }
         let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
         self.respond(&mut d.eng, &mut d.scratch, &mut cx);
         if go {
@@ -219,6 +238,42 @@ impl QpInner {
             }
         }
         self.finish(cx.sh);
+    }
+
+    /// The notification point: a CE-marked packet arrived for this QP.
+    fn notify_congestion(&self, eng: &Eng, cx: &mut Ctx<'_, '_>) {
+        let fab = &self.fabric;
+        fab.stats.add(Stat::RxEcnCe, 1);
+        let cfg = eng.config();
+        if !matches!(cfg.qp_type, QpType::Rc | QpType::Uc) || !fab.ecn.load(Ordering::Relaxed) {
+            return;
+        }
+        let p = *fab.dcqcn.lock();
+        if cx.sh.gate.may_send(&p, timer::now_us()) {
+            let cnp = dcqcn::cnp(cfg.dest_qpn, wire::BTH_DEF_PKEY);
+            // Not a bulk packet, never paced; a CNP the wire refuses is not sent again.
+            let _ = cx.emit(&cnp, Dest::Connected);
+            fab.stats.add(Stat::TxCnps, 1);
+        }
+    }
+
+    /// The reaction point: a CNP for this QP arrived from `src` (bottom halves disabled). Only
+    /// the connected peer's CNPs count: anyone else's would let a stranger slow the QP down.
+    pub(in crate::verbs) fn on_cnp(&self, src: &[u8; 16]) {
+        let fab = &self.fabric;
+        if !fab.cc.load(Ordering::Relaxed) {
+            return;
+        }
+        let p = *fab.dcqcn.lock();
+        let mut g = self.st.lock();
+        if g.sh.closed || !matches!(g.eng.config().peer, Some(p) if p.remote == *src) {
+            return;
+        }
+        let now = timer::now_us();
+        g.sh.rp.tick(&p, now);
+        if g.sh.rp.on_cnp(&p, now) {
+            fab.stats.add(Stat::RateCuts, 1);
+        }
     }
 
     /// A timer's run: `f` on the engine under the QP lock with bottom halves disabled, then

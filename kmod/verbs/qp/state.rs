@@ -11,6 +11,7 @@ use crate::ib::{
 };
 use crate::logic::transport as tp;
 use crate::logic::{
+    dcqcn,
     qp_state::QpState,
     transport::{Engine, Resource, SqEntry},
 };
@@ -27,6 +28,13 @@ use kernel::{
     new_spinlock,
     sync::{Arc, SpinLock},
 };
+
+/// DCQCN's ceiling, kbit/s: a limited QP whose rate climbs back here is no longer limited
+/// (the netdev's own speed then applies).
+pub(super) const LINE_KBPS: u64 = 10_000_000;
+/// Bytes a paced QP may send at once: about one pacing tick's worth at a few hundred Mb/s
+/// (the pacing timer resumes a held QP on the next jiffy).
+pub(super) const PACE_BURST: u64 = 64 * 1024;
 
 /// The engine with kernel storage.
 pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
@@ -75,6 +83,11 @@ pub(crate) struct Shell {
     /// The QP is being destroyed ([`QpInner::shutdown`]): a packet that still found it in the
     /// QP table does nothing.
     pub(super) closed: bool,
+    /// DCQCN: the reaction point (this QP's rate), the CNPs it sends as a notification point,
+    /// and the pacer that holds its RC requests to the rate.
+    pub(super) rp: dcqcn::Rp,
+    pub(super) gate: dcqcn::CnpGate,
+    pub(super) pacer: dcqcn::Pacer,
 }
 
 /// Engine state of a QP (guarded by the QP lock).
@@ -155,6 +168,9 @@ pub(crate) struct QpRes {
     pub(crate) rq: Option<(u32, u32)>,
     /// A ring was found with an index out of range.
     pub(crate) broken: bool,
+    /// DCQCN: the rate a CNP set, kbit/s, while it limits the QP; its cuts so far.
+    pub(crate) rate: Option<u64>,
+    pub(crate) rate_cuts: u64,
 }
 
 impl QpInner {
@@ -172,6 +188,9 @@ impl QpInner {
             congested: false,
             capped: false,
             closed: false,
+            rp: dcqcn::Rp::new(LINE_KBPS),
+            gate: dcqcn::CnpGate::default(),
+            pacer: dcqcn::Pacer::new(PACE_BURST, 0),
         };
         let data = QpData {
             eng: p.eng,
@@ -261,6 +280,8 @@ impl QpInner {
                 sq: fill(&self.sq, d.sh.sq_cons),
                 rq: fill(&self.rq, d.sh.rq_cons),
                 broken: d.sh.sq_broken || d.sh.rq_broken,
+                rate: d.sh.rp.rate(),
+                rate_cuts: d.sh.rp.cuts,
             }
         })
     }

@@ -389,3 +389,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn settings_show_and_apply() {
+    use rrxe_host_tests::logic::dcqcn::{Settings, NAMES};
+    let mut s = Settings::default();
+    let mut buf = [0u8; 4096];
+    let n = s.show(&mut buf);
+    let text = std::str::from_utf8(&buf[..n]).unwrap();
+    assert_eq!(text.lines().count(), NAMES.len());
+    assert!(text.starts_with("ecn 1\ncc 1\nrp_ai_rate 5\nrp_hai_rate 50\nrp_gd 11\n"));
+    assert!(text.contains("np_min_time_between_cnps 50\n"));
+    s.apply(b"ecn 0\n").unwrap();
+    assert!(!s.ecn);
+    s.apply(b"rp_ai_rate 20").unwrap();
+    assert_eq!(s.params.rp_ai_rate, 20_000);
+    s.apply(b"np_min_time_between_cnps 4\n").unwrap();
+    assert_eq!(s.params.np_min_time_between_cnps, 4);
+    let before = s;
+    for bad in [
+        &b"ecn 2"[..],
+        b"rp_time_reset 0",
+        b"rp_gd 40",
+        b"rp_initial_alpha_value 1024",
+        b"nonsense 1",
+        b"rp_ai_rate",
+        b"rp_ai_rate 1 2",
+        b"rp_ai_rate -1",
+        b"rp_ai_rate 99999999999999999999",
+        b"\xff\xfe 1",
+        b"",
+    ] {
+        assert!(s.apply(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        assert_eq!(s, before, "a refused line changed nothing");
+    }
+    // A small buffer is never overrun.
+    let mut small = [0u8; 7];
+    assert_eq!(s.show(&mut small), 7);
+}

@@ -1,0 +1,77 @@
+#!/bin/bash
+# Congestion control (issue 29): DCQCN between two rrxe devices through a bottleneck that
+# marks. In a --bare guest: topology A of tests/vm/rel-lib.sh (rrxe0 on veth0 in init_net,
+# rrxe1 on veth1 in netns "peer"); veth0's egress is the bottleneck, a token bucket
+# (RRXE_CC_RATE, 20mbit) with fq_codel marking CE (`ecn`) on ECN-capable packets and dropping
+# the others.
+#   settings   /sys/class/infiniband/DEV/dcqcn shows every setting, takes `name value`, and
+#              refuses an unknown name or a value out of range with EINVAL, changing nothing
+#   marked     RC WRITEs rrxe0 -> rrxe1 through the bottleneck: fq_codel marks packets (so they
+#              left ECN-capable), rrxe1 counts CE arrivals and sends CNPs (spaced: fewer than
+#              the marks), rrxe0 counts the CNPs and cuts its rate (`rate_cuts`), and the
+#              data arrives intact (rrxe-integrity, RC)
+#   ecn_off    with `ecn 0` on rrxe0 its packets leave not ECN-capable: no mark, no CNP
+#
+#   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/cc.sh
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/rel-lib.sh"
+T=${RRXE_CC_STEP_TIMEOUT:-240}
+RATE=${RRXE_CC_RATE:-20mbit}
+bin=${RRXE_CC_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/target/release}
+log() { echo "cc: $*"; }
+
+topo_a || summary
+f=/sys/class/infiniband/rrxe0/dcqcn
+
+# --- settings
+check cc.settings.listed bash -c "grep -q '^ecn 1$' $f && grep -q '^cc 1$' $f && grep -q '^rp_gd 11$' $f && grep -q '^np_min_time_between_cnps 50$' $f && [ \$(wc -l < $f) = 15 ]"
+bad() { ! echo "$1" > "$f" 2>/dev/null; }
+check cc.settings.refused bash -c "$(declare -f bad); f=$f; bad 'nonsense 1' && bad 'rp_time_reset 0' && bad 'ecn 2' && bad 'rp_gd 99' && bad 'rp_ai_rate' && grep -q '^rp_time_reset 300$' $f"
+check cc.settings.applied bash -c "echo 'rp_ai_rate 10' > $f && grep -q '^rp_ai_rate 10$' $f && echo 'rp_ai_rate 5' > $f"
+check cc.settings.per_device bash -c "echo 'rp_hai_rate 70' > $f && ip netns exec peer grep -q '^rp_hai_rate 50$' /sys/class/infiniband/rrxe1/dcqcn && echo 'rp_hai_rate 50' > $f"
+
+# --- the bottleneck
+bottleneck() {
+  tc qdisc del dev veth0 root 2>/dev/null
+  tc qdisc add dev veth0 root handle 1: tbf rate "$RATE" burst 16kb latency 200ms &&
+    tc qdisc add dev veth0 parent 1:1 handle 10: fq_codel ecn target 2ms interval 20ms
+}
+marks() { tc -s qdisc show dev veth0 | awk '/ecn_mark/ { for (i = 1; i <= NF; i++) if ($i == "ecn_mark") s += $(i+1) } END { print s + 0 }'; }
+c() { ctr "$1" "$2" || echo 0; }
+traffic() {  # traffic NAME OPS: RC integrity run rrxe0 -> rrxe1 through the bottleneck
+  timeout -k 5 "$T" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc --ops "$2" \
+    --max-size 262144 > "/tmp/cc.$1.out" 2>&1
+}
+check cc.bottleneck bottleneck
+
+snap m0
+m0=$(marks)
+if traffic marked 60; then pass cc.marked.integrity; else fail cc.marked.integrity "$(tail -5 /tmp/cc.marked.out)"; fi
+grep -E '^INFO .*moved' /tmp/cc.marked.out | sed 's/^/    /'
+snap m1
+m1=$(marks)
+d() { echo $(( $(c "/tmp/ctr.$2.$1" "$3") - $(c "/tmp/ctr.$4.$1" "$3") )); }
+ce=$(d rrxe1 m1 rx_ecn_ce m0); cnps=$(d rrxe1 m1 tx_cnps m0)
+rcnp=$(d rrxe0 m1 rx_cnps m0); cuts=$(d rrxe0 m1 rate_cuts m0); paced=$(d rrxe0 m1 rate_paced m0)
+log "bottleneck $RATE: fq_codel marked $((m1 - m0)); rrxe1 rx_ecn_ce $ce tx_cnps $cnps; rrxe0 rx_cnps $rcnp rate_cuts $cuts rate_paced $paced"
+tc -s qdisc show dev veth0 | sed 's/^/    /'
+check cc.marked.ect_on_the_wire test "$((m1 - m0))" -gt 0
+check cc.marked.ce_counted test "$ce" -gt 0
+check cc.marked.cnps_sent_and_spaced test "$cnps" -gt 0 -a "$cnps" -le "$ce"
+check cc.marked.cnps_received test "$rcnp" -gt 0
+check cc.marked.rate_cut test "$cuts" -gt 0
+
+# --- marking off: the sender's packets are not ECN-capable, so nothing is marked
+echo 'ecn 0' > "$f"
+snap o0; o0=$(marks)
+if traffic ecn_off 20; then pass cc.ecn_off.integrity; else fail cc.ecn_off.integrity "$(tail -5 /tmp/cc.ecn_off.out)"; fi
+snap o1; o1=$(marks)
+log "ecn 0: fq_codel marked $((o1 - o0)); rrxe1 tx_cnps +$(d rrxe1 o1 tx_cnps o0)"
+check cc.ecn_off.no_marks test "$((o1 - o0))" = 0
+check cc.ecn_off.no_cnps test "$(d rrxe1 o1 tx_cnps o0)" = 0
+echo 'ecn 1' > "$f"
+
+tc qdisc del dev veth0 root 2>/dev/null
+del_links rrxe
+check cc.module_unloads bash -c 'wait_for() { local e=$(( $(date +%s) + 20 )); until rmmod rrxe 2>/dev/null; do [ $(date +%s) -ge $e ] && return 1; sleep 0.5; done; }; wait_for'
+summary
