@@ -1028,8 +1028,8 @@ impl ExactSizeIterator for Segments {}
 pub const CNP_OPCODE: u8 = 0x81;
 
 /// The counter a received packet that does not parse as a request or response goes to: a CNP
-/// (an ECN-marked path's notification, which rrxe does not act on) is counted as such and
-/// dropped quietly; anything else is a bad header.
+/// (an ECN-marked path's notification; one long enough goes to its QP's DCQCN reaction point
+/// before parsing, see `dcqcn::cnp_dest_qp`) is counted as such; anything else is a bad header.
 pub fn unparsed_stat(bytes: &[u8]) -> Stat {
     if bytes.first() == Some(&CNP_OPCODE) {
         Stat::RxCnps
