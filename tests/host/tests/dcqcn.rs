@@ -427,3 +427,34 @@ fn settings_show_and_apply() {
     let mut small = [0u8; 7];
     assert_eq!(s.show(&mut small), 7);
 }
+
+#[test]
+fn ecn_field_and_cnp_format() {
+    use rrxe_host_tests::logic::dcqcn::{cnp, cnp_dest_qp, is_ce, paced_opcode, tos, CNP_LEN};
+    // ECT(0) under the traffic class's DSCP; a CNP, or marking off, leaves the field clear.
+    assert_eq!(tos(0, true, false), 0b10);
+    assert_eq!(tos(0xb8 | 0b11, true, false), 0xb8 | 0b10);
+    assert_eq!(tos(0xb8 | 0b10, true, true), 0xb8);
+    assert_eq!(tos(0xb8, false, false), 0xb8);
+    assert!(is_ce(0xb8 | 0b11) && !is_ce(0b10) && !is_ce(0b01) && !is_ce(0));
+    // BTH opcode 0x81, P_Key, destination QP, PSN 0; 16 reserved bytes and the ICRC.
+    let p = cnp(0x12_3456, 0xffff);
+    assert_eq!(p.len(), CNP_LEN);
+    assert_eq!(
+        &p[..12],
+        &[0x81, 0, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0, 0, 0, 0]
+    );
+    assert!(p[12..].iter().all(|&b| b == 0));
+    assert_eq!(cnp_dest_qp(&p), Some(0x12_3456));
+    assert_eq!(cnp_dest_qp(&p[..CNP_LEN - 1]), None);
+    assert_eq!(cnp_dest_qp(&[0x04; CNP_LEN]), None);
+    // RC requests are paced; acknowledgements, READ responses, CNPs and other transports not.
+    for op in [
+        0x00, 0x04, 0x06, 0x0a, 0x0c, 0x13, 0x14, 0x16, 0x17, 0x1c, 0x1d,
+    ] {
+        assert!(paced_opcode(op), "{op:#x}");
+    }
+    for op in [0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x81, 0x24, 0x64] {
+        assert!(!paced_opcode(op), "{op:#x}");
+    }
+}
