@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Device-level verbs: query_device, query_port, port immutables, P_Keys, user contexts.
 
-use super::{ah, cq, dp::Fabric, mr, pd, qp, srq, stats::DevStats};
+use super::{ah, cq, dp::Fabric, mr, mw, pd, qp, srq, stats::DevStats};
 use crate::ib::{
     bh::with_bh_disabled,
     bindings as b,
@@ -63,6 +63,7 @@ pub(crate) struct Quotas {
     pub(crate) qp: Quota,
     pub(crate) ah: Quota,
     pub(crate) srq: Quota,
+    pub(crate) mw: Quota,
 }
 
 /// An id bitmap and its allocator.
@@ -231,6 +232,7 @@ impl IbDriver for Rrxe {
     type Cq = cq::RrxeCq;
     type Qp = qp::RrxeQp;
     type Mr = mr::RrxeMr;
+    type Mw = mw::RrxeMw;
     type Ah = ah::RrxeAh;
     type Srq = srq::RrxeSrq;
 
@@ -296,8 +298,21 @@ impl IbDriver for Rrxe {
         mr::reg_user(dev, p, args, udata)
     }
 
-    fn dereg_mr(dev: &Device<Self>, m: &Self::Mr) {
+    fn dereg_mr(dev: &Device<Self>, m: &Self::Mr) -> Result {
         mr::dereg(dev, m)
+    }
+
+    fn alloc_mw(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        ty: u32,
+        udata: Option<&Udata>,
+    ) -> Result<(Self::Mw, u32)> {
+        mw::alloc(dev, p, ty, udata)
+    }
+
+    fn dealloc_mw(dev: &Device<Self>, w: &Self::Mw) {
+        mw::dealloc(dev, w)
     }
 
     fn create_ah(
@@ -442,6 +457,9 @@ impl IbDriver for Rrxe {
             | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
             // Fast registration, local and remote invalidation.
             | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS
+            // Memory windows, type 1 and type 2B (as rdma_rxe).
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B
             // IBA 1.5 memory placement: RDMA FLUSH with global visibility (persistence needs
             // persistent memory, which rrxe does not register) and ATOMIC WRITE.
             | b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL
@@ -455,6 +473,7 @@ impl IbDriver for Rrxe {
         attr.max_cq = lim::MAX_CQ as i32;
         attr.max_cqe = lim::MAX_CQE as i32;
         attr.max_mr = lim::MAX_MR as i32;
+        attr.max_mw = lim::MAX_MW as i32;
         attr.max_pd = lim::MAX_PD as i32;
         attr.max_qp_rd_atom = lim::MAX_QP_RD_ATOM as i32;
         attr.max_res_rd_atom = lim::MAX_RES_RD_ATOM as i32;

@@ -36,6 +36,7 @@ use crate::ib::{
 };
 use crate::logic::{
     idalloc, iphdr,
+    mw::{self, MrFacts, MrRef, Reach, Window},
     qp_state::QpState,
     roce,
     stats::Stat,
@@ -48,7 +49,7 @@ use crate::logic::{
 use crate::uapi::{self, Cqe, RingHeader, SendWqe, Sge};
 use core::{
     mem::{offset_of, size_of},
-    sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering},
+    sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
@@ -259,6 +260,43 @@ pub(crate) struct MrInner {
     /// A fast-registration MR: its key, rights, range and pages live here instead (the fields
     /// above are unused).
     pub(crate) fast: Option<Pin<KBox<SpinLock<FastReg>>>>,
+    /// Memory windows bound to this MR, and whether it is being deregistered
+    /// ([`mw::mr_bind_ref`], [`mw::mr_dereg`]).
+    pub(crate) windows: AtomicU32,
+}
+
+impl MrInner {
+    /// What a bind needs to know of this MR.
+    fn facts(&self) -> MrFacts {
+        MrFacts {
+            mr: MrRef {
+                index: idalloc::key_index(self.key),
+                key: self.key,
+            },
+            pd: self.pd,
+            access: self.access,
+            iova: self.iova,
+            length: self.length,
+            // Windows are a user's, over a user's registered memory.
+            bindable: self.fast.is_none() && matches!(self.mem, MrMem::User(_)),
+        }
+    }
+}
+
+/// A memory window as the data path sees it: its state, under its lock (taken inside the QP
+/// lock; a table lookup may be made under it).
+#[pin_data]
+pub(crate) struct MwInner {
+    #[pin]
+    pub(crate) win: SpinLock<Window>,
+}
+
+impl MwInner {
+    pub(crate) fn new(win: Window) -> impl PinInit<Self> {
+        pin_init!(MwInner {
+            win <- new_spinlock!(win, "rrxe:mw"),
+        })
+    }
 }
 
 /// An address handle as the data path sees it.
@@ -277,6 +315,13 @@ pub(crate) struct Fabric {
     pub(crate) mrs: Table<MrInner>,
     #[pin]
     pub(crate) ahs: Table<AhInner>,
+    /// Memory windows, by key index (MRs and windows take their indices from one allocator,
+    /// so an index is in one table at most).
+    #[pin]
+    pub(crate) mws: Table<MwInner>,
+    /// The next QP identity ([`QpInner`]'s `serial`): what a type-2 window is tied to (a QP
+    /// number is reused, this never).
+    qp_serial: AtomicU64,
     /// Device-wide data-path counters (`rdma statistic`).
     pub(crate) stats: Arc<DevStats>,
     /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
@@ -294,10 +339,11 @@ pub(crate) struct Fabric {
 
 impl Fabric {
     pub(crate) fn new(netdev: &NetDev, stats: Arc<DevStats>) -> Result<impl PinInit<Self, Error>> {
-        let (q, m, a) = (
+        let (q, m, a, w) = (
             Table::new(crate::logic::limits::MAX_QP + 64)?,
             Table::new(crate::logic::limits::MAX_MR + 64)?,
             Table::new(crate::logic::limits::MAX_AH + 64)?,
+            Table::new(crate::logic::limits::MAX_MR + 64)?,
         );
         let udp = LazyUdp::new(netdev);
         let mcast = Mcast::new(crate::ib::netdev::NetDevRef::new(netdev));
@@ -313,6 +359,8 @@ impl Fabric {
             qps <- q,
             mrs <- m,
             ahs <- a,
+            mws <- w,
+            qp_serial: AtomicU64::new(1),
             stats,
             bad_rings: AtomicU64::new(0),
             pool <- new_spinlock!(bufs, "rrxe:lbpool"),
@@ -334,6 +382,18 @@ impl Fabric {
             return Ok(());
         }
         opened
+    }
+
+    /// A window stopped using MR `mr` (unbound, invalidated or deallocated): one window fewer
+    /// keeps it registered. Nothing if the MR is gone (bottom halves disabled).
+    pub(crate) fn unbind_mr(&self, mr: MrRef) {
+        if let Some(m) = self.mrs.get(mr.index).filter(|m| m.key == mr.key) {
+            let _ = m
+                .windows
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                    Some(mw::mr_unbind_ref(c))
+                });
+        }
     }
 
     /// Opens the UDP socket for receiving (process context), whatever the paths.
@@ -817,6 +877,8 @@ pub(crate) struct QpInner {
     /// This QP's skbs in the network stack (capped at [`inflight::HIGH`]).
     gauge: Arc<Gauge<QpInner>>,
     pub(crate) qpn: u32,
+    /// This QP's identity for the type-2 windows it binds (unique per device, never reused).
+    serial: u64,
     pd: usize,
     max_recv_sge: u32,
     max_send_wr: u32,
@@ -905,6 +967,7 @@ impl QpInner {
         Ok(try_pin_init!(QpInner {
             gauge,
             qpn: p.qpn,
+            serial: p.fabric.qp_serial.fetch_add(1, Ordering::Relaxed),
             pd: p.pd,
             max_recv_sge: p.max_recv_sge,
             max_send_wr: p.max_send_wr,
@@ -1840,11 +1903,14 @@ impl Ctx<'_, '_> {
         acc: Access,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
-        self.with_mr_rights(key, addr, len, acc.rights(), false, f)
+        let remote = !matches!(acc, Access::LocalRead | Access::LocalWrite);
+        self.with_mr_rights(key, addr, len, acc.rights(), false, remote, f)
     }
 
     /// [`Self::with_mr`] for the rights `need` (`IB_ACCESS_*`); with `whole`, the range is not
-    /// looked at and `f` gets offset 0 (an RDMA FLUSH of the whole MR).
+    /// looked at and `f` gets offset 0 (an RDMA FLUSH of the whole MR). A `remote` access
+    /// (an rkey) may name a memory window.
+    #[expect(clippy::too_many_arguments)]
     fn with_mr_rights<R>(
         &self,
         key: u32,
@@ -1852,14 +1918,22 @@ impl Ctx<'_, '_> {
         len: u64,
         need: u32,
         whole: bool,
+        remote: bool,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
-        let m = self
-            .qp
-            .fabric
-            .mrs
-            .get(idalloc::key_index(key))
-            .ok_or(MemError::BadKey)?;
+        let Some(m) = self.qp.fabric.mrs.get(idalloc::key_index(key)) else {
+            if !remote {
+                // A window's rkey is no lkey.
+                return Err(MemError::BadKey);
+            }
+            let req = Reach {
+                addr,
+                len,
+                need,
+                whole,
+            };
+            return self.with_window(key, &req, f);
+        };
         if m.pd != self.qp.pd {
             return Err(MemError::BadPd);
         }
@@ -1896,6 +1970,52 @@ impl Ctx<'_, '_> {
                 f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
             }
         }
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// A remote access through window rkey `key`: the window's rules ([`Window::resolve`]),
+    /// then the MR it is bound to, looked up again (gone or replaced: a bad key). The window's
+    /// lock is held through the access, so an invalidation that completed is never followed
+    /// by an access through the old binding.
+    fn with_window<R>(
+        &self,
+        key: u32,
+        req: &Reach,
+        f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
+    ) -> Result<R, MemError> {
+        let fab = &self.qp.fabric;
+        let w = fab
+            .mws
+            .get(idalloc::key_index(key))
+            .ok_or(MemError::BadKey)?;
+        let st = w.win.lock();
+        let (mr, off) = st.resolve(key, self.qp.pd, self.qp.serial, req)?;
+        let m = fab
+            .mrs
+            .get(mr.index)
+            .filter(|m| m.key == mr.key && m.fast.is_none())
+            .ok_or(MemError::BadKey)?;
+        f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
+    }
+
+    /// Invalidates window rkey `key` (LOCAL_INV, or a received SEND with invalidate when
+    /// `remote`).
+    fn mw_invalidate(&self, key: u32, remote: bool) -> Result<(), u32> {
+        let fab = &self.qp.fabric;
+        let w = fab
+            .mws
+            .get(idalloc::key_index(key))
+            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let old = w
+            .win
+            .lock()
+            .invalidate(key, self.qp.pd, self.qp.serial, remote)
+            .map_err(|()| tp::wc_status::LOC_PROT_ERR)?;
+        if let Some(mr) = old {
+            fab.unbind_mr(mr);
+        }
+        Ok(())
     }
 }
 
@@ -1978,7 +2098,7 @@ impl Env for Ctx<'_, '_> {
         whole_mr: bool,
         need: u32,
     ) -> Result<(), MemError> {
-        self.with_mr_rights(key, addr, len, need, whole_mr, |_, _| Ok(()))?;
+        self.with_mr_rights(key, addr, len, need, whole_mr, true, |_, _| Ok(()))?;
         // Every placement into the MR is a CPU store (a copy or an atomic) made before this
         // request was taken; a full barrier orders them before the answer that says they are
         // visible. No MR is registered for persistence (see `check_mr_access`), so no cache
@@ -2013,20 +2133,47 @@ impl Env for Ctx<'_, '_> {
         Ok(())
     }
 
-    fn mr_invalidate(&mut self, key: u32, _remote: bool) -> Result<(), u32> {
-        let m = self
-            .qp
-            .fabric
-            .mrs
-            .get(idalloc::key_index(key))
-            .filter(|m| m.pd == self.qp.pd)
-            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+    fn mr_invalidate(&mut self, key: u32, remote: bool) -> Result<(), u32> {
+        let Some(m) = self.qp.fabric.mrs.get(idalloc::key_index(key)) else {
+            // Not an MR's key: a window's (type 2 only), or nothing.
+            return self.mw_invalidate(key, remote);
+        };
+        if m.pd != self.qp.pd {
+            return Err(tp::wc_status::LOC_PROT_ERR);
+        }
         let lock = m.fast.as_ref().ok_or(tp::wc_status::LOC_PROT_ERR)?;
         let mut st = lock.lock();
         if st.key != key {
             return Err(tp::wc_status::LOC_PROT_ERR);
         }
         st.valid = false;
+        Ok(())
+    }
+
+    fn mw_bind(&mut self, wr: &mw::BindWr) -> Result<(), u32> {
+        const ERR: u32 = tp::wc_status::MW_BIND_ERR;
+        let fab = &self.qp.fabric;
+        let w = fab.mws.get(wr.mw_index).ok_or(ERR)?;
+        let mr = if wr.length != 0 {
+            fab.mrs.get(idalloc::key_index(wr.mr_lkey))
+        } else {
+            None
+        };
+        let facts = mr.as_ref().map(|m| m.facts());
+        let mut st = w.win.lock();
+        st.check_bind(wr, self.qp.pd, facts.as_ref())
+            .map_err(|_| ERR)?;
+        if let Some(m) = &mr {
+            // The MR may have begun its deregistration (which waits for no window).
+            m.windows
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, mw::mr_bind_ref)
+                .map_err(|_| ERR)?;
+        }
+        let old = st.apply_bind(wr, facts.as_ref(), self.qp.serial);
+        drop(st);
+        if let Some(o) = old {
+            fab.unbind_mr(o);
+        }
         Ok(())
     }
 

@@ -13,6 +13,7 @@ pub(crate) mod dp;
 mod link;
 mod mcast;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 mod srq;

@@ -15,7 +15,8 @@ use crate::ib::{
     restrack::ResTable,
     udata::Udata,
 };
-use crate::logic::{idalloc, limits as lim, mr};
+use crate::logic::{idalloc, limits as lim, mr, mw};
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{c_str, new_spinlock, prelude::*, sync::Arc};
 
 /// A registered memory region: pinned pages plus the keys and rights that guard them, shared
@@ -50,6 +51,7 @@ pub(super) fn reg_user(
         length: args.length,
         mem: MrMem::User(umem),
         fast: None,
+        windows: AtomicU32::new(0),
     };
     let r = Arc::new(inner, GFP_KERNEL_ACCOUNT)
         .map_err(Error::from)
@@ -87,6 +89,7 @@ pub(super) fn get_dma(
         length: u64::MAX,
         mem: MrMem::Kernel(mem),
         fast: None,
+        windows: AtomicU32::new(0),
     };
     let r = Arc::new(inner, GFP_KERNEL)
         .map_err(Error::from)
@@ -98,13 +101,24 @@ pub(super) fn get_dma(
     Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
 }
 
-pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
+pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) -> Result {
+    // Refused while memory windows are bound to it (IBA 10.6.7.2.6, as rdma_rxe: `EINVAL`);
+    // otherwise marked dying, so that no bind takes it from here on.
+    with_bh_disabled(|| match dev.data().fabric.mrs.get(region.index) {
+        Some(m) => m
+            .windows
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| mw::mr_dereg(c).ok())
+            .map(drop)
+            .map_err(|_| EINVAL),
+        None => Ok(()),
+    })?;
     // After this no data-path access can start, none is still running, and the pages were
     // released here, in process context, with the last reference.
     if !dev.data().fabric.mrs.remove_quiesced(region.index) {
         pr_warn!("rrxe: an MR reference outlived its readers' sections (teardown protocol)\n");
     }
     dev.data().free_mr_index(region.index);
+    Ok(())
 }
 
 /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for up to `max_num_sg` pages,
@@ -145,6 +159,7 @@ pub(super) fn alloc_fast(
             length: 0,
             mem: MrMem::Fast,
             fast: Some(fast),
+            windows: AtomicU32::new(0),
         };
         data.fabric.mrs.insert(index, Arc::new(inner, GFP_KERNEL)?)
     })();
