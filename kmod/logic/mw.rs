@@ -321,7 +321,10 @@ impl Window {
         }
         // The window lies inside the MR, zero-based or not (its first byte is `addr`).
         let inside = wr.addr >= mr.iova
-            && match (wr.addr.checked_add(wr.length), mr.iova.checked_add(mr.length)) {
+            && match (
+                wr.addr.checked_add(wr.length),
+                mr.iova.checked_add(mr.length),
+            ) {
                 (Some(end), Some(mr_end)) => end <= mr_end,
                 _ => false,
             };
