@@ -181,6 +181,11 @@ pub struct Reach {
     pub whole: bool,
 }
 
+/// An invalidation was refused (LOCAL_INV completes `LOC_QP_OP_ERR`, a SEND with invalidate
+/// fails the receive with `REM_INV_REQ_ERR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotInvalidated;
+
 /// What a bind needs to know of the MR named by its lkey.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrFacts {
@@ -406,15 +411,15 @@ impl Window {
         qp_pd: usize,
         qp: u64,
         remote: bool,
-    ) -> Result<Option<MrRef>, ()> {
+    ) -> Result<Option<MrRef>, NotInvalidated> {
         if self.ty != MwType::Two || self.state != State::Valid || key != self.rkey {
-            return Err(());
+            return Err(NotInvalidated);
         }
         if self.pd != qp_pd {
-            return Err(());
+            return Err(NotInvalidated);
         }
         if remote && self.bound.is_some_and(|b| b.qp != qp) {
-            return Err(());
+            return Err(NotInvalidated);
         }
         self.state = State::Free;
         Ok(self.bound.take().map(|b| b.mr))

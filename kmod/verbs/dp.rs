@@ -2011,7 +2011,7 @@ impl Ctx<'_, '_> {
             .win
             .lock()
             .invalidate(key, self.qp.pd, self.qp.serial, remote)
-            .map_err(|()| tp::wc_status::LOC_PROT_ERR)?;
+            .map_err(|_| tp::wc_status::LOC_PROT_ERR)?;
         if let Some(mr) = old {
             fab.unbind_mr(mr);
         }

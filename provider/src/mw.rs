@@ -65,11 +65,8 @@ pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_
         return ptr::null_mut();
     }
     // SAFETY: `mw` is live and filled by the helper.
-    trace!(
-        "alloc_mw(type {ty}) = {:p} (rkey {:#x})",
-        mw.as_ptr(),
-        unsafe { (*mw.as_ptr()).ibv_mw.rkey }
-    );
+    let rkey = unsafe { (*mw.as_ptr()).ibv_mw.rkey };
+    trace!("alloc_mw(type {ty}) = {:p} (rkey {rkey:#x})", mw.as_ptr());
     mw.into_raw().cast()
 }
 

@@ -473,16 +473,16 @@ fn invalidation_rules() {
     // Type 1 cannot be invalidated (o10-37.2.26), bound or not, locally or remotely.
     let (mut w1, _) = bound(MwType::One, IOVA, 0x1000, RW);
     let k1 = w1.rkey;
-    assert_eq!(w1.invalidate(k1, PD, QP, false), Err(()));
-    assert_eq!(w1.invalidate(k1, PD, QP, true), Err(()));
+    assert_eq!(w1.invalidate(k1, PD, QP, false), Err(NotInvalidated));
+    assert_eq!(w1.invalidate(k1, PD, QP, true), Err(NotInvalidated));
     assert!(w1.resolve(k1, PD, QP, &reach(IOVA, 8, REMOTE_READ)).is_ok());
 
     // Type 2: the exact rkey, from the window's PD; remotely only on its QP.
     let (mut w2, _) = bound(MwType::Two, IOVA, 0x1000, RW);
     let k2 = w2.rkey;
-    assert_eq!(w2.invalidate(MW_RKEY, PD, QP, false), Err(()));
-    assert_eq!(w2.invalidate(k2, OTHER_PD, QP, false), Err(()));
-    assert_eq!(w2.invalidate(k2, PD, QP + 1, true), Err(()));
+    assert_eq!(w2.invalidate(MW_RKEY, PD, QP, false), Err(NotInvalidated));
+    assert_eq!(w2.invalidate(k2, OTHER_PD, QP, false), Err(NotInvalidated));
+    assert_eq!(w2.invalidate(k2, PD, QP + 1, true), Err(NotInvalidated));
     assert_eq!(w2.state, State::Valid);
     assert_eq!(w2.invalidate(k2, PD, QP, true), Ok(Some(MR)));
     assert_eq!((w2.state, w2.bound), (State::Free, None));
@@ -491,7 +491,7 @@ fn invalidation_rules() {
         Err(MemError::BadKey)
     );
     // Not twice.
-    assert_eq!(w2.invalidate(k2, PD, QP, false), Err(()));
+    assert_eq!(w2.invalidate(k2, PD, QP, false), Err(NotInvalidated));
     // Free again: it binds again with a new key byte, and a local invalidation from another
     // QP of the PD works.
     let b = BindWr {
@@ -510,7 +510,7 @@ fn invalidation_rules() {
         w3.resolve(k3, PD, QP, &reach(IOVA, 8, REMOTE_READ)),
         Err(MemError::BadKey)
     );
-    assert_eq!(w3.invalidate(k3, PD, QP, false), Err(()));
+    assert_eq!(w3.invalidate(k3, PD, QP, false), Err(NotInvalidated));
 }
 
 #[test]
