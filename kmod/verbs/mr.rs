@@ -107,7 +107,9 @@ pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) -> Result {
     with_bh_disabled(|| match dev.data().fabric.mrs.get(region.index) {
         Some(m) => m
             .windows
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| mw::mr_dereg(c).ok())
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                mw::mr_dereg(c).ok()
+            })
             .map(drop)
             .map_err(|_| EINVAL),
         None => Ok(()),
