@@ -96,6 +96,8 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     type Qp: Send + Sync;
     /// Memory region data.
     type Mr: Send + Sync;
+    /// Memory window data.
+    type Mw: Send + Sync;
     /// Address handle data.
     type Ah: Send + Sync;
     /// Shared receive queue data.
@@ -145,8 +147,20 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
         args: &MrArgs,
         udata: Option<&Udata>,
     ) -> Result<(Self::Mr, MrKeys)>;
-    /// `dereg_mr`: runs before the data is dropped.
-    fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr);
+    /// `dereg_mr`: runs before the data is dropped. An error leaves the MR registered (and
+    /// its data in place): ib_core reports it to the caller, and a context's cleanup tries
+    /// again after destroying the other objects.
+    fn dereg_mr(dev: &Device<Self>, mr: &Self::Mr) -> Result;
+    /// `alloc_mw` (uverbs only: ib_core offers kernel consumers no memory windows) of type
+    /// `ty` (`IB_MW_TYPE_1` or `_2`, checked by ib_core) in `pd`: the data and the rkey.
+    fn alloc_mw(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        ty: u32,
+        udata: Option<&Udata>,
+    ) -> Result<(Self::Mw, u32)>;
+    /// `dealloc_mw`: runs before the data is dropped; it cannot fail.
+    fn dealloc_mw(dev: &Device<Self>, mw: &Self::Mw);
     /// `create_ah` (user and kernel callers). It must not sleep unless `sleepable`
     /// (`RDMA_CREATE_AH_SLEEPABLE`; ib_cm creates AHs under `spin_lock_irqsave`).
     fn create_ah(

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Verbs objects: PD, CQ, QP, MR and AH, their attribute views, and the ops trampolines.
+//! Verbs objects: PD, CQ, QP, MR, MW and AH, their attribute views, and the ops trampolines.
 //!
-//! ib_core allocates PDs, CQs, QPs and AHs itself (`size_ib_*` in the ops): an [`Obj`] is that
+//! ib_core allocates PDs, CQs, QPs, MWs and AHs itself (`size_ib_*` in the ops): an [`Obj`] is that
 //! allocation, the ib_core struct at offset 0 (the `INIT_RDMA_OBJ_SIZE` rule) and the driver's
 //! data after it. The data is written by the create trampoline only after the driver's create
 //! succeeded, and dropped by the destroy trampoline, which ib_core calls exactly once for a
@@ -420,6 +420,7 @@ pub(super) type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
 pub(super) type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
 pub(super) type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
 pub(super) type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
+pub(super) type MwObj<T> = Obj<b::ib_mw, <T as IbDriver>::Mw>;
 pub(super) type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
 pub(super) type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;
 
@@ -429,6 +430,7 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.size_ib_cq = core::mem::size_of::<CqObj<T>>();
     ops.size_ib_qp = core::mem::size_of::<QpObj<T>>();
     ops.size_ib_ah = core::mem::size_of::<AhObj<T>>();
+    ops.size_ib_mw = core::mem::size_of::<MwObj<T>>();
     ops.alloc_pd = Some(alloc_pd::<T>);
     ops.dealloc_pd = Some(dealloc_pd::<T>);
     ops.create_cq = Some(create_cq::<T>);
@@ -440,6 +442,8 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.destroy_qp = Some(destroy_qp::<T>);
     ops.reg_user_mr = Some(reg_user_mr::<T>);
     ops.dereg_mr = Some(dereg_mr::<T>);
+    ops.alloc_mw = Some(alloc_mw::<T>);
+    ops.dealloc_mw = Some(dealloc_mw::<T>);
     ops.create_ah = Some(create_ah::<T>);
     // ib_core creates every user AH through `create_user_ah`; kernel ones through `create_ah`.
     ops.create_user_ah = Some(create_ah::<T>);
@@ -858,12 +862,54 @@ unsafe extern "C" fn reg_user_mr<T: IbDriver>(
 ///
 /// ib_core passes an MR that `reg_user_mr` created and nothing uses any more.
 unsafe extern "C" fn dereg_mr<T: IbDriver>(mr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> i32 {
-    // SAFETY: per the contract above; the MR is the first field of a `KBox<MrObj<T>>`.
+    from_result(|| {
+        // SAFETY: per the contract above.
+        unsafe { T::dereg_mr(dev::<T>((*mr).device), MrObj::<T>::data(mr))? };
+        // SAFETY: the driver let the MR go; it is the first field of a `KBox<MrObj<T>>` that
+        // nothing uses any more.
+        unsafe {
+            let mut obj = KBox::from_raw(mr.cast::<MrObj<T>>());
+            obj.data.assume_init_drop();
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core (uverbs `ALLOC_MW`) passes a zeroed MW block of `size_ib_mw` bytes with `device`,
+/// `pd` (a live PD of ours), `uobject` and `type` set.
+unsafe extern "C" fn alloc_mw<T: IbDriver>(mw: *mut b::ib_mw, udata: *mut b::ib_udata) -> i32 {
+    from_result(|| {
+        // SAFETY: per the contract above.
+        let (d, pdd, ty, udata) = unsafe {
+            (
+                dev::<T>((*mw).device),
+                PdObj::<T>::data((*mw).pd),
+                (*mw).type_,
+                Udata::from_raw(udata),
+            )
+        };
+        let owner = Owner::of(&udata);
+        let (data, rkey) = T::alloc_mw(d, pdd, ty, udata.as_ref())?;
+        // SAFETY: the data of a fresh MW block is uninitialised; ib_core reports `rkey`.
+        unsafe {
+            MwObj::<T>::init(mw, data, owner);
+            (*mw).rkey = rkey;
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core passes an MW that `alloc_mw` created and nothing uses any more (it frees the block
+/// after this returns 0).
+unsafe extern "C" fn dealloc_mw<T: IbDriver>(mw: *mut b::ib_mw) -> i32 {
+    // SAFETY: per the contract above.
     unsafe {
-        T::dereg_mr(dev::<T>((*mr).device), MrObj::<T>::data(mr));
-        let obj = KBox::from_raw(mr.cast::<MrObj<T>>());
-        let mut obj = obj;
-        obj.data.assume_init_drop();
+        T::dealloc_mw(dev::<T>((*mw).device), MwObj::<T>::data(mw));
+        MwObj::<T>::drop_data(mw);
     }
     0
 }

@@ -25,6 +25,9 @@ pub const MAX_CQ: u32 = 16 * 1024;
 pub const MAX_CQE: u32 = 32 * 1024 - 1;
 /// Memory regions per device (rdma_rxe: 524,287). The MR table costs 8 bytes per entry.
 pub const MAX_MR: u32 = 256 * 1024;
+/// Memory windows per device (rdma_rxe: 524,287). Their rkeys come from the MRs' key space,
+/// so MRs and windows together are bounded by [`MAX_MR`] as well.
+pub const MAX_MW: u32 = 64 * 1024;
 /// Largest memory region, in bytes.
 pub const MAX_MR_SIZE: u64 = 1 << 40;
 /// Protection domains per device.

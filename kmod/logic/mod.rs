@@ -19,6 +19,7 @@ pub mod limits;
 pub mod link;
 pub mod mcast;
 pub mod mr;
+pub mod mw;
 pub mod opcode;
 pub mod port;
 pub mod roce;

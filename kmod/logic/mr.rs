@@ -4,24 +4,25 @@
 use super::errno::{EINVAL, EOPNOTSUPP};
 use super::qp_attr::access;
 
-/// Access bits an MR may carry: local write, the remote rights, RDMA FLUSH with the global
-/// visibility placement type, zero-based and huge-page hints, plus the "optional" range that
+/// Access bits an MR may carry: local write, the remote rights, memory-window binding, RDMA
+/// FLUSH with the global visibility placement type, zero-based and huge-page hints, plus the "optional" range that
 /// devices may ignore (`IB_ACCESS_RELAXED_ORDERING` ...; perftest sets it).
 pub const MR_ACCEPTED: u32 = access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
+    | access::MW_BIND
     | access::FLUSH_GLOBAL
     | access::ZERO_BASED
     | access::HUGETLB
     | access::OPTIONAL;
 
 /// Checks MR access flags; the positive errno on refusal. Remote write or atomic without local
-/// write is invalid (IBTA o10-23); on-demand paging and memory windows are not supported;
+/// write is invalid (IBTA o10-23); on-demand paging is not supported;
 /// `FLUSH_PERSISTENT` is invalid, as rdma_rxe refuses it for memory that is not persistent
 /// memory (rrxe registers no persistent memory); unknown bits are invalid.
 pub const fn check_mr_access(flags: u32) -> Result<(), i32> {
-    if flags & (access::ON_DEMAND | access::MW_BIND) != 0 {
+    if flags & access::ON_DEMAND != 0 {
         return Err(EOPNOTSUPP);
     }
     if flags & !MR_ACCEPTED != 0 {

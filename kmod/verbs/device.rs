@@ -115,6 +115,7 @@ pub(crate) struct Quotas {
     pub(crate) qp: Quota,
     pub(crate) ah: Quota,
     pub(crate) srq: Quota,
+    pub(crate) mw: Quota,
 }
 
 /// An id bitmap and its allocator.

@@ -6,7 +6,7 @@
 use super::{
     ah, cq,
     device::{Rrxe, RrxeContext, RrxeDev},
-    mr, pd, qp, srq,
+    mr, mw, pd, qp, srq,
 };
 use crate::ib::{
     bindings as b,
@@ -41,6 +41,7 @@ impl IbDriver for Rrxe {
     type Cq = cq::RrxeCq;
     type Qp = qp::RrxeQp;
     type Mr = mr::RrxeMr;
+    type Mw = mw::RrxeMw;
     type Ah = ah::RrxeAh;
     type Srq = srq::RrxeSrq;
 
@@ -106,8 +107,21 @@ impl IbDriver for Rrxe {
         mr::reg_user(dev, p, args, udata)
     }
 
-    fn dereg_mr(dev: &Device<Self>, m: &Self::Mr) {
+    fn dereg_mr(dev: &Device<Self>, m: &Self::Mr) -> Result {
         mr::dereg(dev, m)
+    }
+
+    fn alloc_mw(
+        dev: &Device<Self>,
+        p: &Self::Pd,
+        ty: u32,
+        udata: Option<&Udata>,
+    ) -> Result<(Self::Mw, u32)> {
+        mw::alloc(dev, p, ty, udata)
+    }
+
+    fn dealloc_mw(dev: &Device<Self>, w: &Self::Mw) {
+        mw::dealloc(dev, w)
     }
 
     fn create_ah(
@@ -252,6 +266,9 @@ impl IbDriver for Rrxe {
             | b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
             // Fast registration, local and remote invalidation.
             | b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS
+            // Memory windows, type 1 and type 2B (as rdma_rxe).
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B
             // IBA 1.5 memory placement: RDMA FLUSH with global visibility (persistence needs
             // persistent memory, which rrxe does not register) and ATOMIC WRITE.
             | b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL
@@ -265,6 +282,7 @@ impl IbDriver for Rrxe {
         attr.max_cq = lim::MAX_CQ as i32;
         attr.max_cqe = lim::MAX_CQE as i32;
         attr.max_mr = lim::MAX_MR as i32;
+        attr.max_mw = lim::MAX_MW as i32;
         attr.max_pd = lim::MAX_PD as i32;
         attr.max_qp_rd_atom = lim::MAX_QP_RD_ATOM as i32;
         attr.max_res_rd_atom = lim::MAX_RES_RD_ATOM as i32;

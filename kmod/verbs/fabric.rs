@@ -8,13 +8,18 @@ use crate::ib::{
     netdev::NetDev,
     udp::{LazyUdp, TxPath, XmitError},
 };
-use crate::logic::{dcqcn, roce, wire};
+use crate::logic::{
+    dcqcn,
+    mw::{self, MrRef},
+    roce, wire,
+};
 use crate::verbs::{
     ah::AhInner,
     av::Path,
     loopback::{Pool, BUF_LEN, POOL_BUFS},
     mcast::Mcast,
     mr::MrInner,
+    mw::MwInner,
     qp::QpInner,
     stats::DevStats,
     table::Table,
@@ -35,6 +40,13 @@ pub(crate) struct Fabric {
     pub(crate) mrs: Table<MrInner>,
     #[pin]
     pub(crate) ahs: Table<AhInner>,
+    /// Memory windows, by key index (MRs and windows take their indices from one allocator,
+    /// so an index is in one table at most).
+    #[pin]
+    pub(crate) mws: Table<MwInner>,
+    /// The next QP identity ([`QpInner`]'s `serial`): what a type-2 window is tied to (a QP
+    /// number is reused, this never).
+    pub(crate) qp_serial: AtomicU64,
     /// Device-wide data-path counters (`rdma statistic`).
     pub(crate) stats: Arc<DevStats>,
     /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
@@ -59,10 +71,11 @@ pub(crate) struct Fabric {
 
 impl Fabric {
     pub(crate) fn new(netdev: &NetDev, stats: Arc<DevStats>) -> Result<impl PinInit<Self, Error>> {
-        let (q, m, a) = (
+        let (q, m, a, w) = (
             Table::new(crate::logic::limits::MAX_QP + 64)?,
             Table::new(crate::logic::limits::MAX_MR + 64)?,
             Table::new(crate::logic::limits::MAX_AH + 64)?,
+            Table::new(crate::logic::limits::MAX_MR + 64)?,
         );
         let udp = LazyUdp::new(netdev);
         let mcast = Mcast::new(crate::ib::netdev::NetDevRef::new(netdev));
@@ -78,6 +91,8 @@ impl Fabric {
             qps <- q,
             mrs <- m,
             ahs <- a,
+            mws <- w,
+            qp_serial: AtomicU64::new(1),
             stats,
             bad_rings: AtomicU64::new(0),
             dcqcn <- new_spinlock!(dcqcn::Params::default(), "rrxe:dcqcn"),
@@ -129,6 +144,18 @@ impl Fabric {
             self.cc.store(s.cc, Ordering::Relaxed);
             Ok(())
         })
+    }
+
+    /// A window stopped using MR `mr` (unbound, invalidated or deallocated): one window fewer
+    /// keeps it registered. Nothing if the MR is gone (bottom halves disabled).
+    pub(crate) fn unbind_mr(&self, mr: MrRef) {
+        if let Some(m) = self.mrs.get(mr.index).filter(|m| m.key == mr.key) {
+            let _ = m
+                .windows
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                    Some(mw::mr_unbind_ref(c))
+                });
+        }
     }
 
     /// Opens the UDP socket for receiving (process context), whatever the paths.

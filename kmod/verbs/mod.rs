@@ -15,6 +15,7 @@ mod link;
 mod loopback;
 mod mcast;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 mod rx;

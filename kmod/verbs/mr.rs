@@ -11,7 +11,11 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::logic::transport::AtomicOp;
-use crate::logic::{idalloc, limits as lim, mr};
+use crate::logic::{
+    idalloc, limits as lim, mr,
+    mw::{self, MrFacts, MrRef},
+};
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::sync::SpinLock;
 use kernel::{c_str, new_spinlock, prelude::*, sync::Arc};
 
@@ -47,6 +51,7 @@ pub(super) fn reg_user(
         length: args.length,
         mem: MrMem::User(umem),
         fast: None,
+        windows: AtomicU32::new(0),
     };
     data.fabric
         .mrs
@@ -81,6 +86,7 @@ pub(super) fn get_dma(
         length: u64::MAX,
         mem: MrMem::Kernel(mem),
         fast: None,
+        windows: AtomicU32::new(0),
     };
     data.fabric
         .mrs
@@ -89,13 +95,26 @@ pub(super) fn get_dma(
     Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
 }
 
-pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) {
+pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) -> Result {
+    // Refused while memory windows are bound to it (IBA 10.6.7.2.6, as rdma_rxe: `EINVAL`);
+    // otherwise marked dying, so that no bind takes it from here on.
+    with_bh_disabled(|| match dev.data().fabric.mrs.get(region.index) {
+        Some(m) => m
+            .windows
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                mw::mr_dereg(c).ok()
+            })
+            .map(drop)
+            .map_err(|_| EINVAL),
+        None => Ok(()),
+    })?;
     // After this no data-path access can start, none is still running, and the pages were
     // released here, in process context, with the last reference.
     if !dev.data().fabric.mrs.remove_quiesced(region.index) {
         pr_warn!("rrxe: an MR reference outlived its readers' sections (teardown protocol)\n");
     }
     dev.data().free_mr_index(region.index);
+    Ok(())
 }
 
 /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR for up to `max_num_sg` pages,
@@ -135,6 +154,7 @@ pub(super) fn alloc_fast(
         length: 0,
         mem: MrMem::Fast,
         fast: Some(fast),
+        windows: AtomicU32::new(0),
     };
     data.fabric
         .mrs
@@ -301,6 +321,27 @@ pub(crate) struct MrInner {
     /// A fast-registration MR: its key, rights, range and pages live here instead (the fields
     /// above are unused).
     pub(crate) fast: Option<Pin<KBox<SpinLock<FastReg>>>>,
+    /// Memory windows bound to this MR, and whether it is being deregistered
+    /// ([`mw::mr_bind_ref`], [`mw::mr_dereg`]).
+    pub(crate) windows: AtomicU32,
+}
+
+impl MrInner {
+    /// What a bind needs to know of this MR.
+    pub(crate) fn facts(&self) -> MrFacts {
+        MrFacts {
+            mr: MrRef {
+                index: idalloc::key_index(self.key),
+                key: self.key,
+            },
+            pd: self.pd,
+            access: self.access,
+            iova: self.iova,
+            length: self.length,
+            // Windows are a user's, over a user's registered memory.
+            bindable: self.fast.is_none() && matches!(self.mem, MrMem::User(_)),
+        }
+    }
 }
 
 /// A fast-registration MR's state (kernel consumers): staged by `map_mr_sg`, made valid by

@@ -17,6 +17,7 @@ pub mod context;
 pub mod cq;
 pub mod device;
 mod log;
+pub mod mw;
 pub mod pd;
 pub mod provider;
 pub mod qp;

@@ -6,7 +6,7 @@ use core::ffi::CStr;
 use rrxe_uapi::{SYSFS_UABI_ATTR, UVERBS_ABI_VERSION};
 
 use crate::abi::{verbs_context_ops, verbs_device_ops, verbs_match_ent};
-use crate::{ah, context, cq, device, pd, qp, srq};
+use crate::{ah, context, cq, device, mw, pd, qp, srq};
 
 /// [`SYSFS_UABI_ATTR`] as a C string (checked equal below).
 pub const UABI_ATTR: &CStr = c"rrxe_uabi";
@@ -51,14 +51,17 @@ pub static RRXE_DEVICE_OPS: verbs_device_ops = verbs_device_ops {
 /// `poll_cq` must never be left to the dummy while CQs can be created: the dummy returns 95,
 /// which callers read as "95 completions".
 pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
+    alloc_mw: Some(mw::alloc_mw),
     alloc_pd: Some(pd::alloc_pd),
     attach_mcast: Some(qp::attach_mcast),
+    bind_mw: Some(mw::bind_mw),
     create_ah: Some(ah::create_ah),
     create_cq: Some(cq::create_cq),
     create_cq_ex: Some(cq::create_cq_ex),
     create_qp: Some(qp::create_qp),
     create_qp_ex: Some(qp::create_qp_ex),
     create_srq: Some(srq::create_srq),
+    dealloc_mw: Some(mw::dealloc_mw),
     dealloc_pd: Some(pd::dealloc_pd),
     dereg_mr: Some(pd::dereg_mr),
     destroy_ah: Some(ah::destroy_ah),

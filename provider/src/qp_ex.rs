@@ -22,7 +22,7 @@ use core::ptr;
 use crate::abi::{
     ibv_ah, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_send_wr, ibv_sge,
     ibv_wr_opcode, IBV_SEND_INLINE, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-    IBV_WR_ATOMIC_WRITE, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+    IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
 };
 use crate::log::trace;
@@ -383,6 +383,27 @@ unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, invalidate_rkey: u32) {
     w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
 }
 
+/// `ibv_wr_bind_mw` (type-2 windows): the bind info is copied now; the window and the MR are
+/// read at `wr_complete` (both must live until then, as for `post_send`).
+unsafe extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if info.is_null() || mw.is_null() {
+        // SAFETY: inside the batch.
+        return unsafe { batch(q) }.fail(libc::EINVAL);
+    }
+    // SAFETY: inside the batch; `info` is readable for the call (the API's contract).
+    unsafe {
+        let w = build(q, IBV_WR_BIND_MW);
+        w.__bindgen_anon_2.bind_mw.mw = mw;
+        w.__bindgen_anon_2.bind_mw.rkey = rkey;
+        w.__bindgen_anon_2.bind_mw.bind_info = *info;
+    }
+}
+
 unsafe extern "C" fn wr_atomic_write(
     q: *mut ibv_qp_ex,
     rkey: u32,
@@ -491,15 +512,6 @@ unsafe extern "C" fn wr_unsupported_rkey(q: *mut ibv_qp_ex, _rkey: u32) {
     // SAFETY: inside the batch.
     unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
 }
-unsafe extern "C" fn wr_unsupported_bind_mw(
-    q: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
-) {
-    // SAFETY: inside the batch.
-    unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
-}
 unsafe extern "C" fn wr_unsupported_tso(q: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
     // SAFETY: inside the batch.
     unsafe { batch(q) }.fail(libc::EOPNOTSUPP);
@@ -532,7 +544,7 @@ pub(crate) unsafe fn install(qp: *mut RrxeQp) {
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_send_inv = Some(wr_send_inv);
     x.wr_set_xrc_srqn = Some(wr_unsupported_rkey);
-    x.wr_bind_mw = Some(wr_unsupported_bind_mw);
+    x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_send_tso = Some(wr_unsupported_tso);
     x.wr_atomic_write = Some(wr_atomic_write);
 }

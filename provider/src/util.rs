@@ -8,12 +8,12 @@ use rrxe_uapi::{AllocUcontextResp, LAYOUT_FINGERPRINT, SYSFS_UABI_ATTR, UABI_MAG
 use crate::abi::{
     IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_QPT_RC, IBV_QPT_UC,
     IBV_QPT_UD, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
-    IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ,
-    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
-    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_INIT_ATTR_CREATE_FLAGS,
-    IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WC_EX_WITH_BYTE_LEN,
-    IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL,
-    IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
+    IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_LOCAL_INV,
+    IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+    IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV,
+    IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_IMM,
+    IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
 };
 
 /// Prefix of every line the provider prints.
@@ -221,7 +221,10 @@ pub fn check_create_qp_ex_mask(comp_mask: u32) -> Result<(), i32> {
 /// it (the same as `post_send` accepts).
 pub fn supported_send_ops(qp_type: u32) -> u64 {
     let ud = u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
-    let uc = ud | u64::from(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+    let uc = ud
+        | u64::from(
+            IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW,
+        );
     let rc = uc
         | u64::from(
             IBV_QP_EX_WITH_RDMA_READ
@@ -240,9 +243,10 @@ pub fn supported_send_ops(qp_type: u32) -> u64 {
 }
 
 /// Checks `send_ops_flags` of a `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: any
-/// operation the QP type does not offer ([`supported_send_ops`]: `BIND_MW`, `TSO`, `FLUSH`
+/// operation the QP type does not offer ([`supported_send_ops`]: `TSO`, `FLUSH`
 /// (rdma-core 44's `ibv_qp_ex` has no `wr_flush`: rrxe takes FLUSH through `ibv_post_send`),
-/// unknown bits, READ/atomics/invalidation/ATOMIC WRITE on UC/UD, ...) is `EOPNOTSUPP`.
+/// unknown bits, READ/atomics/invalidation/ATOMIC WRITE on UC/UD, `BIND_MW` on UD, ...) is
+/// `EOPNOTSUPP`.
 pub fn check_send_ops_flags(qp_type: u32, flags: u64) -> Result<(), i32> {
     if flags & !supported_send_ops(qp_type) != 0 {
         return Err(libc::EOPNOTSUPP);
@@ -536,9 +540,14 @@ mod tests {
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
                 | IBV_QP_EX_WITH_LOCAL_INV
                 | IBV_QP_EX_WITH_SEND_WITH_INV
-                | IBV_QP_EX_WITH_ATOMIC_WRITE,
+                | IBV_QP_EX_WITH_ATOMIC_WRITE
+                | IBV_QP_EX_WITH_BIND_MW,
         );
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, all_rc), Ok(()));
+        assert_eq!(
+            check_send_ops_flags(IBV_QPT_UC, u64::from(IBV_QP_EX_WITH_BIND_MW)),
+            Ok(())
+        );
         assert_eq!(check_send_ops_flags(IBV_QPT_RC, 0), Ok(()));
         assert_eq!(
             check_send_ops_flags(
@@ -552,7 +561,7 @@ mod tests {
             Ok(())
         );
         for (qpt, bad) in [
-            (IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW),
+            (IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW),
             (IBV_QPT_RC, IBV_QP_EX_WITH_TSO),
             (IBV_QPT_RC, 1 << 13),
             (IBV_QPT_UC, IBV_QP_EX_WITH_LOCAL_INV),

@@ -20,6 +20,9 @@
 #   7. rrxe-iba15 (issue 27): IBA 1.5 ATOMIC WRITE and RDMA FLUSH, user-space LOCAL_INV and
 #      SEND_WITH_INV, dev0 <-> dev1 both ways; then (rrxe) the same between rdma_rxe's rxe0
 #      (on veth0, in place of dev0 meanwhile) and dev1, both ways.
+#   8. rrxe-mw (issue 27): memory windows type 1 and 2 (binds, remote access through a
+#      window's rkey, invalidation, MW_BIND_ERR rules), dev0 <-> dev1 both ways, then with
+#      rdma_rxe's rxe0 as in 7 (the remote-access cases both ways; bind rules on rrxe only).
 #
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rrxe $PWD/tests/vm/datapath.sh
 #   scripts/vm-run --bare --timeout 900 -- env RRXE_DP_TYPE=rxe  $PWD/tests/vm/datapath.sh
@@ -44,7 +47,7 @@
 #                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
 #                  finds (see below); none for rrxe.
 #   RRXE_DP_ONLY   space-separated subset of: pingpong perftest bulk integrity syscalls errors
-#                  iba15 kill stats rmmod
+#                  iba15 mw kill stats rmmod
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 type=${RRXE_DP_TYPE:-rrxe}
@@ -56,7 +59,7 @@ iters=${RRXE_DP_ITERS:-50}
 ops=${RRXE_DP_OPS:-300}
 T=${RRXE_DP_STEP_TIMEOUT:-60}
 bin=${RRXE_DP_BIN:-$root/target/release}
-only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity syscalls errors iba15 kill stats rmmod} "
+only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity syscalls errors iba15 mw kill stats rmmod} "
 # rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
 # IBV_WC_WR_FLUSH_ERR, not IBV_WC_LOC_PROT_ERR: rxe_requester() sets wqe->status
 # (IB_WC_LOC_QP_OP_ERR even, since copy_data() returns -EINVAL, not -EFAULT) and moves the QP
@@ -264,8 +267,9 @@ if part errors; then
 fi
 
 # --- 7. IBA 1.5 placement and user-space invalidation (issue 27), then interop with rdma_rxe
-if part iba15; then
-  ST=$((3 * T)) sub iba15 "" "$bin/rrxe-iba15" --dev "$dev0" --dev2 "$dev1" "${seed[@]}"
+if part iba15 || part mw; then
+  part iba15 && ST=$((3 * T)) sub iba15 "" "$bin/rrxe-iba15" --dev "$dev0" --dev2 "$dev1" "${seed[@]}"
+  part mw && ST=$((3 * T)) sub mw "" "$bin/rrxe-mw" --dev "$dev0" --dev2 "$dev1" "${seed[@]}"
   if [ "$type" = rrxe ] && [ "$netns" = 1 ]; then
     # rdma_rxe binds UDP 4791 in init_net when it loads: dev0 leaves veth0 to rxe0 meanwhile
     # (the topology of tests/vm/reliability.sh part B), and comes back afterwards.
@@ -273,7 +277,9 @@ if part iba15; then
     if modprobe rdma_rxe && rdma link add rxe0 type rxe netdev veth0 &&
        wait_for 20 bash -c "$(declare -f port_state gid_index); \
          [ \"\$(port_state rxe0)\" = PORT_ACTIVE ] && gid_index rxe0 >/dev/null"; then
-      ST=$((3 * T)) sub iba15 interop "$bin/rrxe-iba15" --dev rxe0 --dev2 "$dev1" "${seed[@]}"
+      part iba15 &&
+        ST=$((3 * T)) sub iba15 interop "$bin/rrxe-iba15" --dev rxe0 --dev2 "$dev1" "${seed[@]}"
+      part mw && ST=$((3 * T)) sub mw interop "$bin/rrxe-mw" --dev rxe0 --dev2 "$dev1" "${seed[@]}"
     else
       fail "iba15.interop.setup" "rdma_rxe: $(dmesg | tail -3 | tr '\n' ' ')"
     fi

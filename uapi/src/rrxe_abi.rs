@@ -140,6 +140,8 @@ pub mod wc_status {
     pub const LOC_QP_OP_ERR: u32 = 2;
     pub const LOC_PROT_ERR: u32 = 4;
     pub const WR_FLUSH_ERR: u32 = 5;
+    /// A memory-window bind was refused (a rule of [`super::wr_opcode::BIND_MW`] broken).
+    pub const MW_BIND_ERR: u32 = 6;
     pub const BAD_RESP_ERR: u32 = 7;
     pub const LOC_ACCESS_ERR: u32 = 8;
     pub const REM_INV_REQ_ERR: u32 = 9;
@@ -157,6 +159,8 @@ pub mod wc_opcode {
     pub const RDMA_READ: u32 = 2;
     pub const COMP_SWAP: u32 = 3;
     pub const FETCH_ADD: u32 = 4;
+    /// Memory-window bind (`IBV_WC_BIND_MW`).
+    pub const BIND_MW: u32 = 5;
     /// Local invalidation.
     pub const LOCAL_INV: u32 = 6;
     /// RDMA FLUSH (`IBV_WC_FLUSH`, `IB_UVERBS_WC_FLUSH`).
@@ -192,6 +196,17 @@ pub mod wr_opcode {
     /// invalidated (a fast-registration MR, as rdma_rxe allows; an MR registered through
     /// `reg_mr` may not be, and the WR completes with LOC_QP_OP_ERR).
     pub const LOCAL_INV: u32 = 7;
+    /// Memory-window bind (`IBV_WR_BIND_MW`, RC and UC), executed in SQ order. The fields:
+    /// - `imm_data`: the window, by its rkey as the process knows it (only the index part,
+    ///   `imm_data >> 8`, is used: the bind names the `ibv_mw` object, whose rkey in user
+    ///   memory may be stale after a type-2 window was invalidated and bound again);
+    /// - `rkey`: the window's new rkey (same index; its key byte becomes the window's);
+    /// - `remote_addr`, `compare_add`: the window's start address and length (length 0 unbinds
+    ///   a type-1 window);
+    /// - `remote_qkey`: the lkey of the MR the window is bound to (unused for length 0);
+    /// - `swap`: the window's access flags (`IBV_ACCESS_*`; the upper 32 bits must be 0);
+    /// - `remote_qpn`: [`super::bind_flags`] (which verb posted it). No SGE, not inline.
+    pub const BIND_MW: u32 = 8;
     /// SEND asking the responder to invalidate the rkey in `imm_data` (RC).
     pub const SEND_WITH_INV: u32 = 9;
     /// RDMA FLUSH (IBTA 1.5, RC): `remote_addr`, `rkey`, length in `compare_add`, and the
@@ -205,6 +220,13 @@ pub mod wr_opcode {
     /// `[remote_addr, remote_addr + compare_add)` with access `swap`, over the pages mapped
     /// into it by `map_mr_sg`.
     pub const REG_MR: u32 = 0x20;
+}
+
+/// The `remote_qpn` field of a [`wr_opcode::BIND_MW`] WQE.
+pub mod bind_flags {
+    /// Posted by the Bind Memory Window verb (`ibv_bind_mw`, type-1 windows only); without it
+    /// the WQE is a bind work request (`IBV_WR_BIND_MW`, `ibv_wr_bind_mw`: type-2 windows only).
+    pub const VERB: u32 = 1;
 }
 
 /// `IBV_SEND_*` flags.

@@ -310,6 +310,12 @@ pub trait Env {
         let _ = (key, remote);
         Err(wc_status::LOC_PROT_ERR)
     }
+    /// Binds a memory window (a user's BIND_MW, executed in SQ order; the rules are
+    /// [`crate::logic::mw`]'s). `Err`: the completion status.
+    fn mw_bind(&mut self, wr: &crate::logic::mw::BindWr) -> Result<(), u32> {
+        let _ = wr;
+        Err(wc_status::MW_BIND_ERR)
+    }
 }
 
 /// A QP's transport state for diagnostics (`rdma resource show qp -dd`).
@@ -425,6 +431,8 @@ pub enum WrKind {
     RegMr,
     /// Local invalidation: a local operation, no packet.
     LocalInv,
+    /// Memory-window bind: a local operation, no packet.
+    BindMw,
     /// ATOMIC WRITE (IBTA 1.5): 8 bytes placed at once; answered like a READ.
     AtomicWrite,
     /// RDMA FLUSH (IBTA 1.5): answered like a zero-length READ.
@@ -444,7 +452,7 @@ impl WrKind {
 
     /// Executed by the requester in SQ order, without a packet.
     fn is_local(self) -> bool {
-        matches!(self, WrKind::RegMr | WrKind::LocalInv)
+        matches!(self, WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw)
     }
 
     fn wc_opcode(self) -> u32 {
@@ -456,6 +464,7 @@ impl WrKind {
             WrKind::FetchAdd => wc_opcode::FETCH_ADD,
             WrKind::RegMr => wc_opcode::REG_MR,
             WrKind::LocalInv => wc_opcode::LOCAL_INV,
+            WrKind::BindMw => wc_opcode::BIND_MW,
             WrKind::AtomicWrite => wc_opcode::ATOMIC_WRITE,
             WrKind::Flush => wc_opcode::FLUSH,
         }

@@ -180,7 +180,7 @@ fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: boo
         (WrKind::AtomicWrite, _, _) => RC_ATOMIC_WRITE,
         (WrKind::Flush, _, _) => RC_FLUSH,
         // Local operations send nothing (the requester never asks for their opcode).
-        (WrKind::RegMr | WrKind::LocalInv, _, _) => RC_SEND_ONLY,
+        (WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw, _, _) => RC_SEND_ONLY,
     };
     t.base() | rc
 }
@@ -358,11 +358,14 @@ where
         self.req.poll = polled;
     }
 
-    /// Runs a local operation (fast registration, local invalidation) of WR `idx`.
+    /// Runs a local operation (fast registration, local invalidation, window bind) of WR `idx`.
     fn local_op<E: Env>(&mut self, env: &mut E, idx: u32, kind: WrKind) -> Result<(), u32> {
         let w = wqe::decode_send_wqe(self.sq.slot(idx)).ok_or(wc_status::LOC_QP_OP_ERR)?;
         match kind {
             WrKind::RegMr => env.mr_register(w.rkey, w.remote_addr, w.compare_add, w.swap as u32),
+            WrKind::BindMw => crate::logic::mw::BindWr::decode(&w)
+                .map_err(|_| wc_status::MW_BIND_ERR)
+                .and_then(|b| env.mw_bind(&b)),
             // A key that cannot be invalidated (unknown, another PD's, an MR registered
             // through reg_mr): LOC_QP_OP_ERR, as rdma_rxe completes it.
             _ => env

@@ -233,6 +233,7 @@ pub(super) fn kind_of_opcode(opcode: u32) -> WrKind {
         wr_opcode::ATOMIC_FETCH_AND_ADD => WrKind::FetchAdd,
         wr_opcode::REG_MR => WrKind::RegMr,
         wr_opcode::LOCAL_INV => WrKind::LocalInv,
+        wr_opcode::BIND_MW => WrKind::BindMw,
         wr_opcode::ATOMIC_WRITE => WrKind::AtomicWrite,
         wr_opcode::FLUSH => WrKind::Flush,
         _ => WrKind::Send,
@@ -266,6 +267,8 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         // any QP type.
         (wr_opcode::LOCAL_INV, QpType::Rc) => WrKind::LocalInv,
         (wr_opcode::LOCAL_INV, _) if cfg.local_ops => WrKind::LocalInv,
+        // Memory windows are a user's (ib_core has no kernel bind WR): RC and UC, as rdma_rxe.
+        (wr_opcode::BIND_MW, QpType::Rc | QpType::Uc) if !cfg.local_ops => WrKind::BindMw,
         (wr_opcode::ATOMIC_WRITE, QpType::Rc) => WrKind::AtomicWrite,
         (wr_opcode::FLUSH, QpType::Rc) => WrKind::Flush,
         _ => return Err(wc_status::LOC_QP_OP_ERR),
@@ -306,7 +309,7 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
         });
     }
     if kind.is_local() {
-        // No data: the fields name the MR (see `wr_opcode::REG_MR`).
+        // No data: the fields name the MR or window (see `wr_opcode::REG_MR`, `BIND_MW`).
         return Ok(Checked {
             kind,
             len: 0,

@@ -5,7 +5,9 @@
 use crate::ib::{objects::QpEvent, timer, udp::XmitError};
 use crate::logic::transport as tp;
 use crate::logic::{
-    dcqcn, idalloc, roce,
+    dcqcn, idalloc,
+    mw::{self, Reach},
+    roce,
     stats::Stat,
     transport::{Access, AtomicOp, CqSel, Dest, Emit, Env, Event, MemError, RecvTake, RecvWr},
 };
@@ -37,11 +39,14 @@ impl Ctx<'_, '_> {
         acc: Access,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
-        self.with_mr_rights(key, addr, len, acc.rights(), false, f)
+        let remote = !matches!(acc, Access::LocalRead | Access::LocalWrite);
+        self.with_mr_rights(key, addr, len, acc.rights(), false, remote, f)
     }
 
     /// [`Self::with_mr`] for the rights `need` (`IB_ACCESS_*`); with `whole`, the range is not
-    /// looked at and `f` gets offset 0 (an RDMA FLUSH of the whole MR).
+    /// looked at and `f` gets offset 0 (an RDMA FLUSH of the whole MR). A `remote` access
+    /// (an rkey) may name a memory window.
+    #[expect(clippy::too_many_arguments)]
     pub(super) fn with_mr_rights<R>(
         &self,
         key: u32,
@@ -49,14 +54,22 @@ impl Ctx<'_, '_> {
         len: u64,
         need: u32,
         whole: bool,
+        remote: bool,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
-        let m = self
-            .qp
-            .fabric
-            .mrs
-            .get(idalloc::key_index(key))
-            .ok_or(MemError::BadKey)?;
+        let Some(m) = self.qp.fabric.mrs.get(idalloc::key_index(key)) else {
+            if !remote {
+                // A window's rkey is no lkey.
+                return Err(MemError::BadKey);
+            }
+            let req = Reach {
+                addr,
+                len,
+                need,
+                whole,
+            };
+            return self.with_window(key, &req, f);
+        };
         if m.pd != self.qp.pd {
             return Err(MemError::BadPd);
         }
@@ -93,6 +106,52 @@ impl Ctx<'_, '_> {
                 f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
             }
         }
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// A remote access through window rkey `key`: the window's rules ([`Window::resolve`]),
+    /// then the MR it is bound to, looked up again (gone or replaced: a bad key). The window's
+    /// lock is held through the access, so an invalidation that completed is never followed
+    /// by an access through the old binding.
+    fn with_window<R>(
+        &self,
+        key: u32,
+        req: &Reach,
+        f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
+    ) -> Result<R, MemError> {
+        let fab = &self.qp.fabric;
+        let w = fab
+            .mws
+            .get(idalloc::key_index(key))
+            .ok_or(MemError::BadKey)?;
+        let st = w.win.lock();
+        let (mr, off) = st.resolve(key, self.qp.pd, self.qp.serial, req)?;
+        let m = fab
+            .mrs
+            .get(mr.index)
+            .filter(|m| m.key == mr.key && m.fast.is_none())
+            .ok_or(MemError::BadKey)?;
+        f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
+    }
+
+    /// Invalidates window rkey `key` (LOCAL_INV, or a received SEND with invalidate when
+    /// `remote`).
+    fn mw_invalidate(&self, key: u32, remote: bool) -> Result<(), u32> {
+        let fab = &self.qp.fabric;
+        let w = fab
+            .mws
+            .get(idalloc::key_index(key))
+            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+        let old = w
+            .win
+            .lock()
+            .invalidate(key, self.qp.pd, self.qp.serial, remote)
+            .map_err(|_| tp::wc_status::LOC_PROT_ERR)?;
+        if let Some(mr) = old {
+            fab.unbind_mr(mr);
+        }
+        Ok(())
     }
 }
 
@@ -146,7 +205,7 @@ impl Env for Ctx<'_, '_> {
         whole_mr: bool,
         need: u32,
     ) -> Result<(), MemError> {
-        self.with_mr_rights(key, addr, len, need, whole_mr, |_, _| Ok(()))?;
+        self.with_mr_rights(key, addr, len, need, whole_mr, true, |_, _| Ok(()))?;
         // Every placement into the MR is a CPU store (a copy or an atomic) made before this
         // request was taken; a full barrier orders them before the answer that says they are
         // visible. No MR is registered for persistence (see `check_mr_access`), so no cache
@@ -181,20 +240,47 @@ impl Env for Ctx<'_, '_> {
         Ok(())
     }
 
-    fn mr_invalidate(&mut self, key: u32, _remote: bool) -> Result<(), u32> {
-        let m = self
-            .qp
-            .fabric
-            .mrs
-            .get(idalloc::key_index(key))
-            .filter(|m| m.pd == self.qp.pd)
-            .ok_or(tp::wc_status::LOC_PROT_ERR)?;
+    fn mr_invalidate(&mut self, key: u32, remote: bool) -> Result<(), u32> {
+        let Some(m) = self.qp.fabric.mrs.get(idalloc::key_index(key)) else {
+            // Not an MR's key: a window's (type 2 only), or nothing.
+            return self.mw_invalidate(key, remote);
+        };
+        if m.pd != self.qp.pd {
+            return Err(tp::wc_status::LOC_PROT_ERR);
+        }
         let lock = m.fast.as_ref().ok_or(tp::wc_status::LOC_PROT_ERR)?;
         let mut st = lock.lock();
         if st.key != key {
             return Err(tp::wc_status::LOC_PROT_ERR);
         }
         st.valid = false;
+        Ok(())
+    }
+
+    fn mw_bind(&mut self, wr: &mw::BindWr) -> Result<(), u32> {
+        const ERR: u32 = tp::wc_status::MW_BIND_ERR;
+        let fab = &self.qp.fabric;
+        let w = fab.mws.get(wr.mw_index).ok_or(ERR)?;
+        let mr = if wr.length != 0 {
+            fab.mrs.get(idalloc::key_index(wr.mr_lkey))
+        } else {
+            None
+        };
+        let facts = mr.as_ref().map(|m| m.facts());
+        let mut st = w.win.lock();
+        st.check_bind(wr, self.qp.pd, facts.as_ref())
+            .map_err(|_| ERR)?;
+        if let Some(m) = &mr {
+            // The MR may have begun its deregistration (which waits for no window).
+            m.windows
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, mw::mr_bind_ref)
+                .map_err(|_| ERR)?;
+        }
+        let old = st.apply_bind(wr, facts.as_ref(), self.qp.serial);
+        drop(st);
+        if let Some(o) = old {
+            fab.unbind_mr(o);
+        }
         Ok(())
     }
 

@@ -23,6 +23,7 @@ use crate::verbs::{
     srq::SrqInner,
     wq::PROD,
 };
+use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::{
     new_spinlock,
@@ -120,6 +121,8 @@ pub(crate) struct QpInner {
     /// This QP's skbs in the network stack (capped at [`inflight::HIGH`]).
     pub(super) gauge: Arc<Gauge<QpInner>>,
     pub(crate) qpn: u32,
+    /// This QP's identity for the type-2 windows it binds (unique per device, never reused).
+    pub(super) serial: u64,
     pub(super) pd: usize,
     pub(super) max_recv_sge: u32,
     pub(super) max_send_wr: u32,
@@ -201,6 +204,7 @@ impl QpInner {
         Ok(try_pin_init!(QpInner {
             gauge,
             qpn: p.qpn,
+            serial: p.fabric.qp_serial.fetch_add(1, Ordering::Relaxed),
             pd: p.pd,
             max_recv_sge: p.max_recv_sge,
             max_send_wr: p.max_send_wr,

@@ -134,20 +134,23 @@ fn context_ops_are_the_76_v44_entries_in_order() {
 /// the intended trampoline.
 #[test]
 fn rrxe_ops_table_fills_exactly_the_intended_slots() {
-    use crate::{ah, context, cq, pd, qp, srq};
+    use crate::{ah, context, cq, mw, pd, qp, srq};
     let table = &crate::provider::RRXE_CTX_OPS;
     // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
     let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };
     let expected: &[(&str, usize)] = &[
+        ("alloc_mw", mw::alloc_mw as *const () as usize),
         ("alloc_pd", pd::alloc_pd as *const () as usize),
         ("attach_mcast", qp::attach_mcast as *const () as usize),
+        ("bind_mw", mw::bind_mw as *const () as usize),
         ("create_ah", ah::create_ah as *const () as usize),
         ("create_cq", cq::create_cq as *const () as usize),
         ("create_cq_ex", cq::create_cq_ex as *const () as usize),
         ("create_qp", qp::create_qp as *const () as usize),
         ("create_qp_ex", qp::create_qp_ex as *const () as usize),
         ("create_srq", srq::create_srq as *const () as usize),
+        ("dealloc_mw", mw::dealloc_mw as *const () as usize),
         ("dealloc_pd", pd::dealloc_pd as *const () as usize),
         ("dereg_mr", pd::dereg_mr as *const () as usize),
         ("destroy_ah", ah::destroy_ah as *const () as usize),

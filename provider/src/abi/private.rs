@@ -12,9 +12,9 @@
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::cmd::{
-    ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_create_qp_ex, ibv_create_srq, ibv_get_context,
-    ibv_modify_qp, ibv_modify_srq, ibv_query_port, ibv_query_qp, ibv_query_srq, ibv_reg_mr,
-    ibv_resize_cq,
+    ibv_alloc_mw, ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_create_qp_ex, ibv_create_srq,
+    ibv_get_context, ibv_modify_qp, ibv_modify_srq, ibv_query_port, ibv_query_qp, ibv_query_srq,
+    ibv_reg_mr, ibv_resize_cq,
 };
 use super::sys::*;
 
@@ -399,6 +399,20 @@ unsafe extern "C" {
 
     /// `MR_DESTROY` (ioctl, falling back to `DEREG_MR`).
     pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
+
+    /// `ALLOC_MW` (write() or ioctl `INVOKE_WRITE`). Sets `mw->{context,pd,rkey,handle,type}`.
+    pub fn ibv_cmd_alloc_mw(
+        pd: *mut ibv_pd,
+        ty: ibv_mw_type,
+        mw: *mut ibv_mw,
+        cmd: *mut ibv_alloc_mw,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_mw_resp,
+        resp_size: usize,
+    ) -> c_int;
+
+    /// `MW_DESTROY` (ioctl, falling back to `DEALLOC_MW`).
+    pub fn ibv_cmd_dealloc_mw(mw: *mut ibv_mw) -> c_int;
 
     /// `CQ_CREATE` (ioctl, falling back to `CREATE_CQ`). Sets `cq->{context,handle,cqe}`.
     pub fn ibv_cmd_create_cq(

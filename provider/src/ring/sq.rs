@@ -10,8 +10,8 @@ use rrxe_uapi::{send_slot_size, RingInfo, SendWqe, Sge, SQ_FLAG_KERNEL_BUSY};
 
 use super::mem::{Geometry, Mapping, Ring};
 use super::wqe::{
-    check_atomic, check_atomic_write, check_inline_len, check_send_scalars, has_imm, has_inv,
-    Remote,
+    bind_wqe, check_atomic, check_atomic_write, check_inline_len, check_send_scalars, has_imm,
+    has_inv, Bind, Remote,
 };
 use super::{lock, RingError};
 use crate::abi::{
@@ -207,7 +207,22 @@ impl SqRing {
     /// As [`SqRing::post_send`] for `wr`.
     pub unsafe fn post_all(&self, wr: *mut ibv_send_wr, hooks: &mut impl SendHooks) -> c_int {
         // SAFETY: forwarded contract.
-        match unsafe { self.produce_all(wr, hooks) } {
+        match unsafe { self.produce_all(wr, hooks, false) } {
+            Ok(true) => hooks.doorbell(),
+            Ok(false) => 0,
+            Err(e) => e.errno(),
+        }
+    }
+
+    /// The Bind MW verb (`ibv_bind_mw`, type-1 windows): posts the one `IBV_WR_BIND_MW` WR
+    /// `wr` marked as the verb's ([`rrxe_uapi::bind_flags::VERB`]), as [`SqRing::post_all`].
+    ///
+    /// # Safety
+    /// As [`SqRing::post_send`] for `wr` (a single WR whose `bind_mw.mw` and
+    /// `bind_mw.bind_info.mr` are live or NULL).
+    pub unsafe fn post_bind_verb(&self, wr: *mut ibv_send_wr, hooks: &mut impl SendHooks) -> c_int {
+        // SAFETY: forwarded contract.
+        match unsafe { self.produce_all(wr, hooks, true) } {
             Ok(true) => hooks.doorbell(),
             Ok(false) => 0,
             Err(e) => e.errno(),
@@ -222,13 +237,14 @@ impl SqRing {
         &self,
         mut wr: *mut ibv_send_wr,
         hooks: &mut impl SendHooks,
+        bind_verb: bool,
     ) -> Result<bool, RingError> {
         let mut encoded = Vec::new();
         while !wr.is_null() {
             // SAFETY: `wr` is a valid element of the list (contract).
             let w = unsafe { &*wr };
             // SAFETY: `w` is a valid WR (contract).
-            encoded.push(unsafe { self.encode(w, hooks) }?);
+            encoded.push(unsafe { self.encode(w, hooks, bind_verb) }?);
             wr = w.next;
         }
         if encoded.is_empty() {
@@ -272,7 +288,7 @@ impl SqRing {
             // SAFETY: `wr` is a valid element of the list (contract).
             let w = unsafe { &*wr };
             // SAFETY: `w` is a valid WR (contract).
-            let res = unsafe { self.encode(w, hooks) }.and_then(|enc| {
+            let res = unsafe { self.encode(w, hooks, false) }.and_then(|enc| {
                 if free == 0 {
                     free = free_slots(ring, prod, self.max_wr)?;
                     if free == 0 {
@@ -303,16 +319,19 @@ impl SqRing {
         (failed, !busy)
     }
 
-    /// Checks one WR and gathers what its WQE needs (no ring access).
+    /// Checks one WR and gathers what its WQE needs (no ring access). `bind_verb`: a bind is
+    /// the Bind MW verb's.
     ///
     /// # Safety
     /// `w.sg_list` must be valid for `w.num_sge` entries when `num_sge > 0` and the pointer
     /// is not NULL; for an inline WR (and an ATOMIC WRITE, always inline) each SGE's `addr`
-    /// must be readable for its `length` bytes.
+    /// must be readable for its `length` bytes; a bind's `bind_mw.mw` and
+    /// `bind_mw.bind_info.mr` must be live or NULL.
     unsafe fn encode<'a>(
         &self,
         w: &'a ibv_send_wr,
         hooks: &mut impl SendHooks,
+        bind_verb: bool,
     ) -> Result<Encoded<'a>, RingError> {
         let caps = &self.caps;
         let remote = check_send_scalars(
@@ -342,6 +361,39 @@ impl SqRing {
         }
         match remote {
             Remote::None => {}
+            Remote::BindMw => {
+                // SAFETY: a union of plain structs (pointers and integers); the bind variant
+                // is the one an `IBV_WR_BIND_MW` WR fills.
+                let bm = unsafe { w.__bindgen_anon_2.bind_mw };
+                if bm.mw.is_null() {
+                    return Err(RingError::Invalid("BIND_MW without a window"));
+                }
+                let info = bm.bind_info;
+                let mr_lkey = if info.mr.is_null() {
+                    if info.length != 0 {
+                        return Err(RingError::Invalid("BIND_MW of a length without an MR"));
+                    }
+                    0
+                } else {
+                    // SAFETY: a live MR (contract).
+                    unsafe { (*info.mr).lkey }
+                };
+                let bind = Bind {
+                    // SAFETY: a live window (contract).
+                    mw_rkey: unsafe { (*bm.mw).rkey },
+                    new_rkey: bm.rkey,
+                    mr_lkey,
+                    addr: info.addr,
+                    length: info.length,
+                    access: info.mw_access_flags,
+                    verb: bind_verb,
+                };
+                return Ok(Encoded {
+                    hdr: bind_wqe(w.wr_id, w.send_flags, &bind),
+                    sges: &[],
+                    inline: false,
+                });
+            }
             Remote::LocalInv => {
                 // No data: the WQE names the key only.
                 hdr.send_flags &= !IBV_SEND_INLINE;

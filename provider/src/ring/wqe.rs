@@ -3,15 +3,15 @@
 
 use core::ffi::c_int;
 
-use rrxe_uapi::Cqe;
+use rrxe_uapi::{bind_flags, wr_opcode, Cqe, SendWqe};
 
 use super::RingError;
 use crate::abi::{
     ibv_wc, ibv_wc__bindgen_ty_1, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_FENCE,
     IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP,
-    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ,
-    IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
-    IBV_WR_SEND_WITH_INV,
+    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
 };
 
 /// `IBV_WR_FLUSH` (`IB_UVERBS_WR_FLUSH`; rdma-core 45's value): rdma-core 44 has neither the
@@ -23,8 +23,8 @@ use crate::abi::{
 pub const IBV_WR_FLUSH: u32 = 14;
 
 /// The `ibv_wr_opcode`s a send WQE may carry (on an RC QP; see [`opcode_allowed`]). The rest
-/// (`BIND_MW`, `TSO`, `DRIVER1`, unknown values) are refused with `EINVAL`.
-pub const SUPPORTED_SEND_OPCODES: [u32; 11] = [
+/// (`TSO`, `DRIVER1`, unknown values) are refused with `EINVAL`.
+pub const SUPPORTED_SEND_OPCODES: [u32; 12] = [
     IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM,
     IBV_WR_SEND,
@@ -33,6 +33,7 @@ pub const SUPPORTED_SEND_OPCODES: [u32; 11] = [
     IBV_WR_ATOMIC_CMP_AND_SWP,
     IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_LOCAL_INV,
+    IBV_WR_BIND_MW,
     IBV_WR_SEND_WITH_INV,
     IBV_WR_FLUSH,
     IBV_WR_ATOMIC_WRITE,
@@ -44,14 +45,18 @@ pub const SUPPORTED_SEND_FLAGS: u32 =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
 
 /// Whether a QP of `qp_type` may post `opcode`: UD only sends, UC no RDMA READ, no atomics,
-/// no invalidation and no IBA 1.5 placement, RC everything in [`SUPPORTED_SEND_OPCODES`];
-/// other QP types nothing.
+/// no invalidation and no IBA 1.5 placement (but memory-window binds, as rdma_rxe), RC
+/// everything in [`SUPPORTED_SEND_OPCODES`]; other QP types nothing.
 pub fn opcode_allowed(qp_type: u32, opcode: u32) -> bool {
     match qp_type {
         IBV_QPT_RC => SUPPORTED_SEND_OPCODES.contains(&opcode),
         IBV_QPT_UC => matches!(
             opcode,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_BIND_MW
         ),
         IBV_QPT_UD => matches!(opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
         _ => false,
@@ -78,6 +83,9 @@ pub(crate) enum Remote {
     /// `wr.atomic`: `remote_addr`, `rkey`, the length in `compare_add`, and the FETH (placement
     /// type, selectivity level << 4) in `invalidate_rkey` (see [`IBV_WR_FLUSH`]).
     Flush,
+    /// `bind_mw`: the window, its new rkey and the bind info (see [`bind_wqe`]; the SGE list
+    /// is checked as for any WR but not used).
+    BindMw,
 }
 
 /// The checks of a send WR that need only its scalar fields. `num_sge` is checked against
@@ -106,6 +114,7 @@ pub(crate) fn check_send_scalars(
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => Remote::Rdma,
         IBV_WR_RDMA_READ => Remote::Rdma,
         IBV_WR_LOCAL_INV => Remote::LocalInv,
+        IBV_WR_BIND_MW => Remote::BindMw,
         IBV_WR_ATOMIC_WRITE => Remote::AtomicWrite,
         IBV_WR_FLUSH => Remote::Flush,
         _ => Remote::Atomic,
@@ -130,6 +139,44 @@ pub(crate) fn check_send_scalars(
         return Err(RingError::Invalid("num_sge above the QP's max_send_sge"));
     }
     Ok(remote)
+}
+
+/// What a memory-window bind asks, as [`bind_wqe`] encodes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Bind {
+    /// The window's rkey as the process knows it (`ibv_mw::rkey`).
+    pub mw_rkey: u32,
+    /// The new rkey.
+    pub new_rkey: u32,
+    /// The MR's lkey (0 without an MR).
+    pub mr_lkey: u32,
+    /// Start address.
+    pub addr: u64,
+    /// Length (0: unbind a type-1 window).
+    pub length: u64,
+    /// `mw_access_flags`.
+    pub access: u32,
+    /// Posted by `ibv_bind_mw` (type 1) rather than as a work request (type 2).
+    pub verb: bool,
+}
+
+/// The WQE header of a bind (`rrxe_uapi::wr_opcode::BIND_MW` documents the fields; the kernel
+/// checks every rule and completes a bad bind with `IBV_WC_MW_BIND_ERR`).
+pub(crate) fn bind_wqe(wr_id: u64, send_flags: u32, b: &Bind) -> SendWqe {
+    SendWqe {
+        wr_id,
+        opcode: wr_opcode::BIND_MW,
+        // A bind has no data.
+        send_flags: send_flags & !IBV_SEND_INLINE,
+        imm_data: b.mw_rkey,
+        remote_addr: b.addr,
+        rkey: b.new_rkey,
+        compare_add: b.length,
+        remote_qkey: b.mr_lkey,
+        swap: u64::from(b.access),
+        remote_qpn: if b.verb { bind_flags::VERB } else { 0 },
+        ..SendWqe::default()
+    }
 }
 
 /// An inline payload of `total` bytes must fit `max_inline`.

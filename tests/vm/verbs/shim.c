@@ -70,3 +70,8 @@ int vt_dealloc_mw(struct ibv_mw *mw)
 {
 	return ibv_dealloc_mw(mw);
 }
+
+int vt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+	return ibv_bind_mw(qp, mw, mw_bind);
+}

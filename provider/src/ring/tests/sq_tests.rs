@@ -49,6 +49,7 @@ fn opcode_table_per_qp_type() {
                 CAS,
                 FAA,
                 IBV_WR_LOCAL_INV,
+                IBV_WR_BIND_MW,
                 IBV_WR_SEND_WITH_INV,
                 IBV_WR_ATOMIC_WRITE,
                 IBV_WR_FLUSH,
@@ -61,6 +62,7 @@ fn opcode_table_per_qp_type() {
                 IBV_WR_SEND_WITH_IMM,
                 IBV_WR_RDMA_WRITE,
                 IBV_WR_RDMA_WRITE_WITH_IMM,
+                IBV_WR_BIND_MW,
             ],
         ),
         (IBV_QPT_UD, &[IBV_WR_SEND, IBV_WR_SEND_WITH_IMM]),
@@ -82,6 +84,15 @@ fn opcode_table_per_qp_type() {
                 sp.imm = 1;
             }
             let l = SendList::for_qp(qpt, &[sp]);
+            // A bind names a window (its rkey is all the WQE takes from it).
+            let mut mw = crate::abi::ibv_mw {
+                rkey: 0x1234_5601,
+                ..Default::default()
+            };
+            if op == IBV_WR_BIND_MW {
+                // SAFETY: element 0 of the list; `mw` outlives the post.
+                unsafe { (*l.ptr(0)).__bindgen_anon_2.bind_mw.mw = &mut mw };
+            }
             let (rc, bad, db) = post(&sq, &l);
             if want {
                 assert_eq!((rc, bad, db), (0, None, 1), "qp type {qpt} opcode {op}");
@@ -100,7 +111,7 @@ fn opcode_table_per_qp_type() {
 
 #[test]
 fn unsupported_opcodes_are_einval() {
-    for op in [IBV_WR_BIND_MW, IBV_WR_TSO, IBV_WR_DRIVER1] {
+    for op in [IBV_WR_TSO, IBV_WR_DRIVER1] {
         let (m, sq) = sq_ring(4, RC, 0);
         let l = SendList::new(&[spec(1, IBV_WR_SEND), spec(2, op), spec(3, IBV_WR_SEND)]);
         assert_eq!(post(&sq, &l), (libc::EINVAL, Some(1), 1), "opcode {op}");
@@ -601,4 +612,76 @@ fn invalidation_and_atomic_write_wqes() {
     let (_m, sq) = sq_ring(4, caps(IBV_QPT_UC), 0);
     let l = SendList::for_qp(IBV_QPT_UC, &[spec(1, IBV_WR_SEND_WITH_INV)]);
     assert_eq!(post(&sq, &l), (libc::EINVAL, Some(0), 0));
+}
+
+#[test]
+fn bind_mw_encoding() {
+    // The fields as `rrxe_uapi::wr_opcode::BIND_MW` documents them: the window's rkey in
+    // imm_data, the new rkey, the range, the MR's lkey in remote_qkey, the rights in swap, no
+    // body; `post_send` marks it a bind WR (type 2), `post_bind_verb` the Bind MW verb's.
+    let (m, sq) = sq_ring(4, RC, 0);
+    let mut mw = crate::abi::ibv_mw {
+        rkey: 0x0000_4207,
+        ..Default::default()
+    };
+    let mut mr = crate::abi::ibv_mr {
+        lkey: 0x0000_5133,
+        ..Default::default()
+    };
+    let mut sp = spec(9, IBV_WR_BIND_MW);
+    sp.flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    let l = SendList::new(&[sp.clone(), sp]);
+    for i in 0..2 {
+        // SAFETY: elements of the list; `mw` and `mr` outlive the posts.
+        unsafe {
+            let b = &mut (*l.ptr(i)).__bindgen_anon_2.bind_mw;
+            b.mw = &mut mw;
+            b.rkey = 0x0000_4208;
+            b.bind_info.mr = &mut mr;
+            b.bind_info.addr = 0x7000_1000;
+            b.bind_info.length = 0x2000;
+            b.bind_info.mw_access_flags = 0x2 | 0x20;
+        }
+    }
+    let mut h = Hooks::default();
+    // SAFETY: a valid list of one WR (the first), its window and MR live.
+    unsafe { (*l.ptr(0)).next = ptr::null_mut() };
+    assert_eq!(post(&sq, &l), (0, None, 1));
+    // SAFETY: as above, the second WR alone.
+    assert_eq!(unsafe { sq.post_bind_verb(l.ptr(1), &mut h) }, 0);
+    let mut k = Kernel::consumer_of(&m);
+    for verb in [0, rrxe_uapi::bind_flags::VERB] {
+        let got = k.pop_send().unwrap();
+        let want = SendWqe {
+            wr_id: 9,
+            opcode: rrxe_uapi::wr_opcode::BIND_MW,
+            send_flags: IBV_SEND_SIGNALED,
+            imm_data: 0x4207,
+            remote_addr: 0x7000_1000,
+            rkey: 0x4208,
+            compare_add: 0x2000,
+            remote_qkey: 0x5133,
+            swap: 0x22,
+            remote_qpn: verb,
+            ..SendWqe::default()
+        };
+        assert_eq!(got.hdr, want);
+        assert!(got.sges.is_empty() && got.inline.is_empty());
+    }
+    // No window, or a range without an MR: EINVAL.
+    // SAFETY: element 0, alone.
+    unsafe { (*l.ptr(0)).__bindgen_anon_2.bind_mw.mw = ptr::null_mut() };
+    assert_eq!(post(&sq, &l), (libc::EINVAL, Some(0), 0));
+    // SAFETY: as above.
+    unsafe {
+        let b = &mut (*l.ptr(0)).__bindgen_anon_2.bind_mw;
+        b.mw = &mut mw;
+        b.bind_info.mr = ptr::null_mut();
+    }
+    assert_eq!(post(&sq, &l), (libc::EINVAL, Some(0), 0));
+    // A type-1 unbind (length 0) needs no MR.
+    // SAFETY: as above.
+    unsafe { (*l.ptr(0)).__bindgen_anon_2.bind_mw.bind_info.length = 0 };
+    assert_eq!(post(&sq, &l), (0, None, 1));
+    assert_eq!(k.pop_send().unwrap().hdr.remote_qkey, 0);
 }

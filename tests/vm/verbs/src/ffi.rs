@@ -266,6 +266,8 @@ unsafe extern "C" {
     pub fn vt_query_device_ex(ctx: *mut ibv_context, attr: *mut ibv_device_attr_ex) -> i32;
     pub fn vt_alloc_mw(pd: *mut ibv_pd, type_: i32) -> *mut ibv_mw;
     pub fn vt_dealloc_mw(mw: *mut ibv_mw) -> i32;
+    /// `ibv_bind_mw` (type-1 windows): 0 or a positive errno.
+    pub fn vt_bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> i32;
     pub fn vt_create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex)
         -> *mut ibv_cq_ex;
 }
