@@ -197,7 +197,9 @@ impl Rp {
         }
         self.last_cut = Some(now);
         self.rt = self.rc;
-        let shift = 1u64.checked_shl(p.rp_gd.saturating_add(10)).unwrap_or(u64::MAX);
+        let shift = 1u64
+            .checked_shl(p.rp_gd.saturating_add(10))
+            .unwrap_or(u64::MAX);
         let cut = mul_div(self.rc, self.alpha_hp, shift);
         let floor = mul_div(self.rc, u64::from(p.rp_min_dec_fac), 100);
         self.rc = self
