@@ -60,7 +60,9 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.dev.is_empty() {
-        return Err("usage: rrxe-scale --dev DEV [--cycles N] [--qps N] [--mrs N] [--big-mib N]".into());
+        return Err(
+            "usage: rrxe-scale --dev DEV [--cycles N] [--qps N] [--mrs N] [--big-mib N]".into(),
+        );
     }
     Ok(a)
 }
@@ -126,7 +128,9 @@ fn hold(a: &Args) -> Result<(), String> {
     let t = Instant::now();
     let mut qps = Vec::with_capacity(a.qps as usize);
     for _ in 0..a.qps {
-        qps.push(Qp::create(&pd, &cq, IBV_QPT_RC, cap(), false).map_err(|x| e("ibv_create_qp", x))?);
+        qps.push(
+            Qp::create(&pd, &cq, IBV_QPT_RC, cap(), false).map_err(|x| e("ibv_create_qp", x))?,
+        );
     }
     let tq = t.elapsed().as_secs_f64();
     // The parent samples kernel memory between the QPs and the MRs.
@@ -186,7 +190,11 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     let k2 = kmem_kib()?;
     let w: Vec<f64> = line
         .strip_prefix("READY ")
-        .map(|r| r.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .map(|r| {
+            r.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     let [tq, tm] = w[..] else {
         let _ = child.kill();
@@ -195,10 +203,16 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     };
     let dev = &a.dev;
     if qps > 0 {
-        println!("SCALE {dev} hold_create_qps {:.0} per_s", f64::from(qps) / tq.max(1e-9));
+        println!(
+            "SCALE {dev} hold_create_qps {:.0} per_s",
+            f64::from(qps) / tq.max(1e-9)
+        );
     }
     if mrs > 0 {
-        println!("SCALE {dev} hold_create_mrs {:.0} per_s", f64::from(mrs) / tm.max(1e-9));
+        println!(
+            "SCALE {dev} hold_create_mrs {:.0} per_s",
+            f64::from(mrs) / tm.max(1e-9)
+        );
     }
     // The first sample comes before the child opened its context: its PD and CQ count too,
     // a rounding error over thousands of QPs.
