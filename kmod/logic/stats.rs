@@ -86,10 +86,13 @@ pub enum Stat {
     /// RoCEv2 Congestion Notification Packets received (BTH opcode 0x81), dropped: rrxe
     /// runs no congestion control, and a CNP is no bad header.
     RxCnps,
+    /// Retransmit timer expiries at the RTT-based timeout, before the QP's IBTA `timeout`
+    /// ran out (no retry spent; see `Engine::retry_timer_expired`).
+    RtoExpiries,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RxCnps as usize + 1;
+pub const COUNT: usize = Stat::RtoExpiries as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -128,6 +131,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::ReadReplays,
     Stat::ReadReplaysRefused,
     Stat::RxCnps,
+    Stat::RtoExpiries,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -168,6 +172,7 @@ pub const NAMES: [&str; COUNT] = [
     "read_replays\0",
     "read_replays_refused\0",
     "rx_cnps\0",
+    "rto_expiries\0",
 ];
 
 impl Stat {

@@ -2189,6 +2189,12 @@ impl Env for Ctx<'_, '_> {
         self.qp.fabric.pool.lock().lent() > self.out.len
     }
 
+    /// `jiffies` in microseconds (the clock of the RC round-trip estimate: a jiffy's
+    /// granularity, which the engine allows for).
+    fn clock_us(&mut self) -> Option<u64> {
+        Some(self.now_ms().wrapping_mul(1000))
+    }
+
     /// `jiffies` in milliseconds (the clock of the READ replay budget).
     fn now_ms(&mut self) -> u64 {
         let hz = timer::usecs_to_jiffies(1_000_000).max(1);
