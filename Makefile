@@ -2,10 +2,11 @@
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
 #   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
+#   make bench-loss   goodput under netem loss/reordering/duplication, rrxe and siw (issue 28)
 #   make fuzz   longer fuzz runs than make test's
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench soak fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench bench-loss soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -30,6 +31,9 @@ test-vm: build
 
 bench:
 	scripts/bench
+
+bench-loss: build
+	scripts/bench-loss
 
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path, the
 # coverage-guided host targets (RRXE_FUZZ_SECONDS each, default 300; cargo-fuzz, stable), the guest.
