@@ -2,11 +2,12 @@
 #   make demo   build everything, boot the test VM, show rrxe0 working
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
 #   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
+#   make bench-loss   goodput under netem loss/reordering/duplication, rrxe and siw (issue 28)
 #   make fuzz   longer fuzz runs than make test's
 #   make scale  the control path at scale, rdma_rxe beside rrxe (not part of make test)
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench scale soak fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench bench-loss scale soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -36,6 +37,9 @@ bench:
 # 10,000 QPs and 65,000 MRs, a 1 GiB MR (scripts/scale; not part of make test).
 scale:
 	scripts/scale
+
+bench-loss: build
+	scripts/bench-loss
 
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path, the
 # coverage-guided host targets (RRXE_FUZZ_SECONDS each, default 300; cargo-fuzz, stable), the guest.

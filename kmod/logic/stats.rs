@@ -95,10 +95,13 @@ pub enum Stat {
     RateCuts,
     /// Requests held back by a QP's DCQCN rate (sent later, by the pacing timer).
     RatePaced,
+    /// Retransmit timer expiries at the RTT-based timeout, before the QP's IBTA `timeout`
+    /// ran out (no retry spent; see `Engine::retry_timer_expired`).
+    RtoExpiries,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RatePaced as usize + 1;
+pub const COUNT: usize = Stat::RtoExpiries as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -141,6 +144,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::TxCnps,
     Stat::RateCuts,
     Stat::RatePaced,
+    Stat::RtoExpiries,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -185,6 +189,7 @@ pub const NAMES: [&str; COUNT] = [
     "tx_cnps\0",
     "rate_cuts\0",
     "rate_paced\0",
+    "rto_expiries\0",
 ];
 
 impl Stat {

@@ -84,18 +84,30 @@ where
         self.req.retrying = false;
         self.req.backoff = 0;
         self.req.heard = false;
+        self.req.replay_heard = false;
         self.req.busy_waits = 0;
         self.req.poll_waits = 0;
+        // The timed packet is acknowledged: a round-trip sample (Karn: a retransmission in
+        // between cancelled it, `rewind`).
+        if let Some((end, t)) = self.req.timing {
+            if !end.after(self.req.acked) {
+                self.req.timing = None;
+                if let Some(now) = env.clock_us() {
+                    self.req.rtt_sample(now.wrapping_sub(t));
+                }
+            }
+        }
         self.end_probe();
         self.update_timer(env, true);
     }
 
     /// Everything before `p` is acknowledged: the window opens by as many PSNs as this
-    /// acknowledges (slow start after a timeout closed it).
+    /// acknowledges (slow start after a timeout closed it, then congestion avoidance,
+    /// [`super::requester::Requester::open_window`]).
     fn set_acked(&mut self, p: Psn) {
         if p.after(self.req.acked) {
-            let n = p.distance_from(self.req.acked);
-            self.req.cwnd = self.req.cwnd.saturating_add(n).min(RC_WINDOW);
+            let n = p.distance_from(self.req.acked).min(RC_WINDOW);
+            self.req.open_window(n);
         }
         self.req.acked = p;
     }
@@ -109,6 +121,7 @@ where
         }
         self.req.retrying = true;
         if self.spend_retry(env) {
+            self.req.shrink_window(false);
             let p = self.sq.entry(i).resume_psn();
             self.rewind(p);
         }
@@ -248,6 +261,9 @@ where
             Verdict::Duplicate => {
                 self.stat(env, Stat::DuplicateResponses, 1);
                 self.req.heard = true;
+                if pkt.info().op == Operation::RdmaReadResponse {
+                    self.req.replay_heard = true;
+                }
                 return false;
             }
             Verdict::Accept => {}
@@ -297,6 +313,9 @@ where
                 }
                 self.req.retrying = true;
                 if self.spend_retry(env) {
+                    // Once per episode (`retrying`): the window halves, and the go-back
+                    // resends only what the smaller window holds.
+                    self.req.shrink_window(false);
                     let p = self.req.acked;
                     self.rewind(p);
                 }
@@ -336,11 +355,13 @@ where
         if psn.before(expected) {
             self.stat(env, Stat::DuplicateResponses, 1);
             self.req.heard = true;
+            self.req.replay_heard = true;
             return;
         }
         if psn != expected {
             // A response was lost: re-read from the first missing byte.
             self.req.heard = true;
+            self.req.replay_heard = true;
             self.retry_from(env, idx);
             return;
         }

@@ -26,6 +26,9 @@ mod requester;
 mod responder;
 mod wqe;
 
+// The round-trip estimate's floor: for the host tests.
+#[allow(unused_imports)]
+pub use self::requester::RTO_MIN_US;
 pub use self::responder::Resource;
 // The replay budget's refill period: for the host tests (the shell only supplies the clock).
 #[allow(unused_imports)]
@@ -290,6 +293,13 @@ pub trait Env {
     fn now_ms(&mut self) -> u64 {
         0
     }
+    /// A clock in microseconds (any origin, any granularity up to a few milliseconds), for the
+    /// RC requester's round-trip estimate (see [`Engine::retry_timer_expired`]). `None` (the
+    /// default): no estimate, and the retransmit timer waits the QP's `timeout` as the IBTA
+    /// says, and nothing sooner.
+    fn clock_us(&mut self) -> Option<u64> {
+        None
+    }
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
     /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
     /// that sees the completion also sees the slot free again: a WR holds its SQ slot until it
@@ -341,6 +351,11 @@ pub struct Details {
     pub rnr_wait: bool,
     /// The retransmit timer is armed.
     pub timer_armed: bool,
+    /// Unacknowledged PSNs the requester allows in flight now, and its slow-start threshold.
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    /// The round-trip estimate (microseconds; 0: no sample yet, or no clock).
+    pub srtt_us: u64,
 }
 
 /// What the wire answered to [`Env::emit`].
@@ -753,6 +768,9 @@ where
             backoff: self.req.backoff,
             rnr_wait: self.req.rnr_wait,
             timer_armed: self.req.timer_armed,
+            cwnd: self.req.cwnd,
+            ssthresh: self.req.ssthresh,
+            srtt_us: self.req.srtt_us,
         }
     }
 

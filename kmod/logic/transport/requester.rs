@@ -71,7 +71,51 @@ pub(super) struct Requester {
     /// ACK polls in a row put off because packets were still on their way inside this host
     /// ([`POLL_WAITS`] at most; see [`Env::in_transit`]).
     pub(super) poll_waits: u8,
+    /// The slow-start threshold: below it each acknowledged PSN opens `cwnd` by one, above it
+    /// by [`CWND_AI`] per window acknowledged (congestion avoidance, RFC 5681). A loss halves
+    /// `cwnd` into it ([`Engine::on_loss`]).
+    pub(super) ssthresh: u32,
+    /// PSNs acknowledged in congestion avoidance not yet turned into a larger `cwnd`.
+    pub(super) cwnd_acc: u32,
+    /// The smoothed round-trip time and its variation (RFC 6298), in microseconds; `srtt` 0:
+    /// no sample yet.
+    pub(super) srtt_us: u64,
+    pub(super) rttvar_us: u64,
+    /// The packet being timed for a round-trip sample: the PSN whose acknowledgement ends the
+    /// sample (one past the packet) and when it was sent. Only a packet sent for the first time
+    /// is timed, and a retransmission cancels the sample (Karn's algorithm).
+    pub(super) timing: Option<(Psn, u64)>,
+    /// The retransmit timer is armed for the round-trip estimate, sooner than the QP's
+    /// `timeout`: when that `timeout` (with its backoff) runs out, on the [`Env::clock_us`]
+    /// clock. Only then does an expiry spend a retry.
+    pub(super) due_us: Option<u64>,
+    /// Early expiries since the timer was started (each doubles the next wait).
+    pub(super) early: u8,
+    /// The packet just sent asked for an ACK.
+    pub(super) asked_now: bool,
+    /// Of what `heard` heard, READ responses: the peer is replaying READs of ours, and an
+    /// early expiry (which would send it yet another READ to replay) waits.
+    pub(super) replay_heard: bool,
 }
+
+/// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
+/// little per loss, and a smaller one would leave the path idle for a round trip at a time.
+pub(super) const MIN_SSTHRESH: u32 = 8;
+
+/// Congestion avoidance opens the window by this many packets per window acknowledged.
+pub(super) const CWND_AI: u32 = 2;
+
+/// The retransmit timer never fires sooner than this after progress (RFC 6298 says 1 s for
+/// TCP; a software RoCE path round trip is well under a millisecond, but kernel timers tick
+/// every 4 ms at HZ 250 and a TCG guest stalls its vCPUs for several milliseconds).
+pub const RTO_MIN_US: u64 = 10_000;
+
+/// The clock granularity G of RFC 6298 (a jiffy at HZ 250).
+pub(super) const RTO_GRANULARITY_US: u64 = 4_000;
+
+/// Early expiries double the wait up to this shift at most (the QP's `timeout` bounds it
+/// anyway).
+const RTO_MAX_SHIFT: u8 = 6;
 
 /// Expiries in a row that a busy peer may pass over before the timeout counts.
 pub(super) const BUSY_WAITS: u8 = 8;
@@ -120,6 +164,15 @@ impl Requester {
             heard: false,
             busy_waits: 0,
             poll_waits: 0,
+            ssthresh: RC_WINDOW,
+            cwnd_acc: 0,
+            srtt_us: 0,
+            rttvar_us: 0,
+            timing: None,
+            due_us: None,
+            early: 0,
+            asked_now: false,
+            replay_heard: false,
         }
     }
 
@@ -135,10 +188,75 @@ impl Requester {
         self.guess = None;
         self.cwnd = RC_WINDOW;
         self.heard = false;
+        self.replay_heard = false;
         self.busy_waits = 0;
         self.poll_waits = 0;
+        self.ssthresh = RC_WINDOW;
+        self.cwnd_acc = 0;
+        self.timing = None;
+        self.due_us = None;
+        self.early = 0;
         self.acked = self.psn;
         self.asked = self.psn;
+    }
+
+    /// The retransmission timeout the round-trip estimate gives (RFC 6298: SRTT + max(G,
+    /// 4 RTTVAR), at least [`RTO_MIN_US`]); `None` before the first sample.
+    pub(super) fn rto_us(&self) -> Option<u64> {
+        if self.srtt_us == 0 && self.rttvar_us == 0 {
+            return None;
+        }
+        let v = self.srtt_us + (4 * self.rttvar_us).max(RTO_GRANULARITY_US);
+        Some(v.max(RTO_MIN_US))
+    }
+
+    /// A round-trip sample of `r` microseconds (RFC 6298 section 2).
+    pub(super) fn rtt_sample(&mut self, r: u64) {
+        // A zero sample (a coarse clock) still counts: it is "less than a tick".
+        let r = r.max(1);
+        if self.srtt_us == 0 && self.rttvar_us == 0 {
+            self.srtt_us = r;
+            self.rttvar_us = r / 2;
+        } else {
+            let d = self.srtt_us.abs_diff(r);
+            self.rttvar_us = (3 * self.rttvar_us + d) / 4;
+            self.srtt_us = (7 * self.srtt_us + r) / 8;
+        }
+    }
+
+    /// `n` more PSNs acknowledged: slow start below `ssthresh`, congestion avoidance above.
+    pub(super) fn open_window(&mut self, n: u32) {
+        let ss = n.min(self.ssthresh.saturating_sub(self.cwnd));
+        self.cwnd = self.cwnd.saturating_add(ss);
+        let n = n - ss;
+        if n > 0 {
+            let w = self.cwnd.max(1);
+            self.cwnd_acc = self.cwnd_acc.saturating_add(n.saturating_mul(CWND_AI));
+            let inc = self.cwnd_acc / w;
+            self.cwnd_acc -= inc * w;
+            self.cwnd = self.cwnd.saturating_add(inc);
+        }
+        self.cwnd = self.cwnd.min(RC_WINDOW);
+    }
+
+    /// A loss was detected (a sequence NAK, an implied NAK, a READ response gap: `timeout`
+    /// false) or the timer expired (`timeout` true): the slow-start threshold halves from
+    /// what was in flight, and `cwnd` falls to it (fast recovery) or, on a timeout, to one
+    /// packet (slow start). Go-back-N resends everything in flight after a loss, so the
+    /// smaller the window the less each loss costs; the window grows back as ACKs come.
+    pub(super) fn shrink_window(&mut self, timeout: bool) {
+        // A timeout that follows a timeout's probe (nothing sent since but what the timer
+        // resent) holds the threshold where the first one put it (RFC 5681, section 3.1).
+        if !(timeout && (self.probe.is_some() || self.guess.is_some())) {
+            let flight = self.high.distance_from(self.acked).min(self.cwnd);
+            self.ssthresh = (flight / 2).max(MIN_SSTHRESH);
+        }
+        self.cwnd = if timeout {
+            1
+        } else {
+            self.ssthresh.min(self.cwnd.max(1))
+        };
+        self.cwnd_acc = 0;
     }
 }
 
@@ -326,6 +444,16 @@ where
             let polled = core::mem::take(&mut self.req.poll);
             if psn.before(self.req.high) && !polled {
                 self.stat(env, Stat::Retransmits, 1);
+            } else if self.req.asked_now
+                && !psn.before(self.req.high)
+                && self.req.timing.is_none()
+                && emitted != Emit::Dropped
+                && self.cfg.qp_type == QpType::Rc
+            {
+                // A first transmission that asks for an ACK: timed for a round-trip sample.
+                if let Some(now) = env.clock_us() {
+                    self.req.timing = Some((psn.next(), now));
+                }
             }
             self.advance(env, idx, &e);
             if emitted == Emit::Dropped {
@@ -468,6 +596,7 @@ where
         if ack_req && upto.after(self.req.asked) {
             self.req.asked = upto;
         }
+        self.req.asked_now = ack_req;
         let mut h = Headers::new(Bth {
             opcode: opc,
             // The Solicited Event bit asks for the receiver's event: only on the last packet of
@@ -575,10 +704,21 @@ where
                 // than waiting a retransmit timeout for a loss that did not happen.
                 let poll = self.unasked_tail();
                 if progress || !self.req.timer_armed || poll != self.req.timer_poll {
+                    self.req.due_us = None;
+                    self.req.early = 0;
                     let us = if poll {
                         us.min(ACK_POLL_US)
                     } else {
-                        us << self.req.backoff.min(2)
+                        let full = us << self.req.backoff.min(2);
+                        // The round-trip estimate fires sooner; the QP's timeout stays the
+                        // limit at which an expiry spends a retry.
+                        match (self.req.rto_us(), env.clock_us()) {
+                            (Some(rto), Some(now)) if rto < full => {
+                                self.req.due_us = Some(now.wrapping_add(full));
+                                rto
+                            }
+                            _ => full,
+                        }
                     };
                     env.set_retry_timer(Some(us));
                     self.req.timer_armed = true;
@@ -586,6 +726,7 @@ where
                 }
             }
             _ => {
+                self.req.due_us = None;
                 if self.req.timer_armed {
                     env.set_retry_timer(None);
                     self.req.timer_armed = false;
@@ -672,6 +813,31 @@ where
         // behind at every expiry until the retries run out. The expiry is passed over while
         // such answers keep coming, [`BUSY_WAITS`] times in a row at most (a peer that only
         // ever repeats itself still ends in RETRY_EXC_ERR, later).
+        // An expiry of the round-trip estimate, before the QP's `timeout` has run out: the
+        // requester resends as a timeout would (a probe first, see `go_back_on_timeout`), but
+        // spends no retry and does not back the `timeout` off; the wait doubles until the next
+        // expiry, which the `timeout` bounds. A peer that answered with READ responses since
+        // is replaying older READs of ours, busy, not deaf: it waits (duplicate ACKs do not
+        // count: a responder re-acknowledges a retransmission that went quiet, and a stale
+        // ACK says nothing about what was lost after it).
+        if let (Some(due), Some(now)) = (self.req.due_us, env.clock_us()) {
+            let left = due.wrapping_sub(now) as i64;
+            if left > 1_000 {
+                if !core::mem::take(&mut self.req.replay_heard) {
+                    self.stat(env, Stat::RtoExpiries, 1);
+                    self.req.retrying = false;
+                    self.go_back_on_timeout();
+                }
+                self.req.early = (self.req.early + 1).min(RTO_MAX_SHIFT);
+                let rto = self.req.rto_us().unwrap_or(RTO_MIN_US) << self.req.early;
+                env.set_retry_timer(Some(rto.min(left as u64)));
+                self.req.timer_armed = true;
+                self.req.timer_poll = false;
+                self.settle(env);
+                return;
+            }
+            self.req.due_us = None;
+        }
         if core::mem::take(&mut self.req.heard) && self.req.busy_waits < BUSY_WAITS {
             self.req.busy_waits += 1;
             self.stat(env, Stat::PeerBusyWaits, 1);
@@ -682,28 +848,34 @@ where
         self.req.retrying = false;
         self.req.backoff = (self.req.backoff + 1).min(2);
         if self.spend_retry(env) {
-            // A probe that went unanswered keeps the place the first timeout found: the
-            // requester returns there, not to just after the probe.
-            let was = self.req.probe.unwrap_or(Probe {
-                idx: self.sq.next,
-                next: self.sq.next,
-                cur_pkt: self.req.cur_pkt,
-                psn: self.req.psn,
-            });
-            let p = self.req.acked;
-            self.rewind(p);
-            self.req.cwnd = 1;
-            // A probe whose answer led back to `was` and nothing came since: the guess was
-            // wrong, the rest of the window is lost; go back N in full this time.
-            if self.req.guess.take().is_none() {
-                self.req.probe = Some(Probe {
-                    idx: self.sq.next,
-                    ..was
-                });
-            }
+            self.go_back_on_timeout();
         }
         self.update_timer(env, false);
         self.settle(env);
+    }
+
+    /// A timeout's resend: back to the oldest unacknowledged PSN with the window closed to one
+    /// packet, probing with the oldest WR first (see [`Probe`]).
+    fn go_back_on_timeout(&mut self) {
+        // A probe that went unanswered keeps the place the first timeout found: the
+        // requester returns there, not to just after the probe.
+        let was = self.req.probe.unwrap_or(Probe {
+            idx: self.sq.next,
+            next: self.sq.next,
+            cur_pkt: self.req.cur_pkt,
+            psn: self.req.psn,
+        });
+        self.req.shrink_window(true);
+        let p = self.req.acked;
+        self.rewind(p);
+        // A probe whose answer led back to `was` and nothing came since: the guess was
+        // wrong, the rest of the window is lost; go back N in full this time.
+        if self.req.guess.take().is_none() {
+            self.req.probe = Some(Probe {
+                idx: self.sq.next,
+                ..was
+            });
+        }
     }
 
     /// Spends one retry; when none is left, completes the oldest WR with RETRY_EXC_ERR and
@@ -754,6 +926,8 @@ where
     /// started WR changes nothing.
     pub(super) fn rewind(&mut self, psn: Psn) {
         self.req.probe = None;
+        // Karn: what is sent again cannot be timed, nor can what it acknowledges.
+        self.req.timing = None;
         let mut i = self.sq.done;
         let mut rd_atomic = 0;
         loop {

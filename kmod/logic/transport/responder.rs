@@ -111,6 +111,11 @@ pub(super) struct Responder<R> {
     res: R,
     res_head: usize,
     res_len: usize,
+    /// No resource older than the `pend_from`-th oldest owes responses (a lower bound that the
+    /// searches for owed responses start from and move up, so that a received packet does
+    /// not scan all 128 resources: [`Responder::owed`], [`Engine::run_responder`]). Whatever
+    /// makes a resource owe responses lowers it ([`Responder::owes_at`]).
+    pend_from: usize,
     pub(super) epsn: Psn,
     pub(super) msn: u32,
     pub(super) in_msg: InMsg,
@@ -166,6 +171,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             res,
             res_head: 0,
             res_len: 0,
+            pend_from: 0,
             epsn: Psn::ZERO,
             msn: 0,
             in_msg: InMsg::None,
@@ -192,6 +198,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.res.iter_mut().for_each(|r| *r = Resource::default());
         self.res_head = 0;
         self.res_len = 0;
+        self.pend_from = 0;
         self.epsn = Psn::ZERO;
         self.msn = 0;
         self.in_msg = InMsg::None;
@@ -231,7 +238,25 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
     }
 
     fn owed(&self) -> bool {
-        (0..self.res_len).any(|k| self.res[self.at(k)].pending())
+        debug_assert!(
+            !(0..self.pend_from.min(self.res_len)).any(|k| self.res[self.at(k)].pending()),
+            "a resource below pend_from owes responses"
+        );
+        (self.pend_from..self.res_len).any(|k| self.res[self.at(k)].pending())
+    }
+
+    /// The `k`-th oldest resource may owe responses from now on.
+    fn owes_at(&mut self, k: usize) {
+        self.pend_from = self.pend_from.min(k);
+    }
+
+    /// The oldest resource that owes responses (`k`, ring index), moving `pend_from` up to it.
+    fn first_owed(&mut self) -> Option<(usize, usize)> {
+        let found = (self.pend_from..self.res_len)
+            .map(|k| (k, self.at(k)))
+            .find(|&(_, i)| self.res[i].pending());
+        self.pend_from = found.map_or(self.res_len, |(k, _)| k);
+        found
     }
 
     /// The highest PSN at or below `psn` that a plain ACK may carry: none inside a recorded
@@ -246,8 +271,14 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
     fn ack_psn(&self, mut psn: Psn, dup: Psn) -> Psn {
         for k in (0..self.res_len).rev() {
             let r = &self.res[self.at(k)];
-            if r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1)) {
+            if r.kind == ResKind::Free {
+                continue;
+            }
+            if psn.in_window(r.psn, r.count.max(1)) {
                 psn = r.psn.wrapping_sub(1);
+            } else if psn.after(r.psn.wrapping_add(r.count.max(1) - 1)) {
+                // Past this one, and every older resource lies before it.
+                break;
             }
         }
         match self.evicted {
@@ -259,10 +290,22 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
     /// The recorded resource whose PSN range holds `psn`: its place from the oldest (`k`) and
     /// its ring index.
     fn find(&self, psn: Psn) -> Option<(usize, usize)> {
-        (0..self.res_len).map(|k| (k, self.at(k))).find(|&(_, i)| {
+        // From the newest: a duplicate is mostly of a recent request, and a PSN past a
+        // resource is in none of the older ones (they are in PSN order).
+        for k in (0..self.res_len).rev() {
+            let i = self.at(k);
             let r = &self.res[i];
-            r.kind != ResKind::Free && psn.in_window(r.psn, r.count.max(1))
-        })
+            if r.kind == ResKind::Free {
+                continue;
+            }
+            if psn.in_window(r.psn, r.count.max(1)) {
+                return Some((k, i));
+            }
+            if psn.after(r.psn.wrapping_add(r.count.max(1) - 1)) {
+                return None;
+            }
+        }
+        None
     }
 
     /// The requester got further in the `k`-th oldest resource: the READs from it on get their
@@ -851,9 +894,11 @@ where
             self.resp.res[oldest] = Resource::default();
             self.resp.res_head = self.resp.at(1);
             self.resp.res_len -= 1;
+            self.resp.pend_from = self.resp.pend_from.saturating_sub(1);
         }
         let i = self.resp.at(self.resp.res_len);
         self.resp.res_len += 1;
+        self.resp.owes_at(self.resp.res_len - 1);
         Some(i)
     }
 
@@ -1083,7 +1128,7 @@ where
             Operation::AtomicWrite | Operation::Flush => {
                 // Answered again from its resource, never executed again.
                 let rkey = pkt.reth().map(|r| r.rkey);
-                let Some((_, i)) = self.resp.find(psn) else {
+                let Some((k, i)) = self.resp.find(psn) else {
                     self.stat(env, Stat::DuplicateNoResource, 1);
                     return;
                 };
@@ -1094,6 +1139,7 @@ where
                 }
                 r.next = 0;
                 r.first = 0;
+                self.resp.owes_at(k);
             }
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
                 let rkey = pkt.reth().map(|r| r.rkey).or(pkt.atmeth().map(|a| a.rkey));
@@ -1132,6 +1178,7 @@ where
                 r.next = from;
                 r.first = from;
                 r.replayed = true;
+                self.resp.owes_at(k);
             }
             _ => {
                 // Re-acknowledge everything received so far, short of a READ or atomic.
@@ -1188,10 +1235,7 @@ where
     pub fn run_responder<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], budget: u32) -> u32 {
         let mut sent = 0;
         'owed: while sent < budget && self.state != QpState::Err {
-            let Some(i) = (0..self.resp.res_len)
-                .map(|k| self.resp.at(k))
-                .find(|&i| self.resp.res[i].pending())
-            else {
+            let Some((_, i)) = self.resp.first_owed() else {
                 break;
             };
             // Resource `i` stays the oldest owed one until it is sent in full (a packet only

@@ -469,6 +469,12 @@ impl Env for Ctx<'_, '_> {
         self.qp.fabric.pool.lock().lent() > self.out.len
     }
 
+    /// The monotonic clock in microseconds: the clock of the RC round-trip estimate (the
+    /// retransmit timer itself runs in jiffies, a granularity the engine allows for).
+    fn clock_us(&mut self) -> Option<u64> {
+        Some(timer::now_us())
+    }
+
     /// `jiffies` in milliseconds (the clock of the READ replay budget).
     fn now_ms(&mut self) -> u64 {
         let hz = timer::usecs_to_jiffies(1_000_000).max(1);

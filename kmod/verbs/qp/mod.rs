@@ -474,6 +474,9 @@ pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
             c_str!("stopped")
         },
     )?;
+    t.u32(c_str!("cwnd"), d.cwnd)?;
+    t.u32(c_str!("ssthresh"), d.ssthresh)?;
+    t.u32(c_str!("srtt_us"), d.srtt_us.min(u64::from(u32::MAX)) as u32)?;
     if d.rnr_wait {
         t.str(c_str!("rnr"), c_str!("waiting"))?;
     }

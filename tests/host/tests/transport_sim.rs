@@ -1512,7 +1512,21 @@ enum Want {
 }
 
 fn lossy_run(seed: u64, f: Faults, ops: &[(u8, u32, bool)], mtu: u32) -> Result<(), TestCaseError> {
+    lossy_run_clocked(seed, f, ops, mtu, false)
+}
+
+/// [`lossy_run`], with `clock`: both requesters keep a round-trip estimate
+/// ([`Env::clock_us`]) and retransmit at it, before the IBTA timeout.
+fn lossy_run_clocked(
+    seed: u64,
+    f: Faults,
+    ops: &[(u8, u32, bool)],
+    mtu: u32,
+    clock: bool,
+) -> Result<(), TestCaseError> {
     let mut p = Pair::new(QpType::Rc, mtu).faulty(f, seed);
+    p.sa.clock = clock;
+    p.sb.clock = clock;
     let mut wants = Vec::new();
     let mut roff = 0u64;
     let base = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x103f_fff8, 8).try_into().unwrap());
@@ -1698,9 +1712,10 @@ proptest! {
         mtu_i in 0usize..3,
         fault_i in 0usize..6,
         seed in any::<u64>(),
+        clock in any::<bool>(),
     ) {
         let mtu = [256u32, 1024, 4096][mtu_i];
-        lossy_run(seed, faults_named(fault_i), &ops, mtu)?;
+        lossy_run_clocked(seed, faults_named(fault_i), &ops, mtu, clock)?;
     }
 }
 
@@ -1717,6 +1732,7 @@ fn long_lossy_runs_with_fixed_seeds() {
             })
             .collect();
         lossy_run(seed, faults_named(seed as usize % 6), &ops, 1024).unwrap();
+        lossy_run_clocked(seed, faults_named(seed as usize % 6), &ops, 1024, true).unwrap();
     }
 }
 

@@ -69,6 +69,9 @@ pub struct Side {
     pub sq_released: usize,
     /// What `Env::now_ms` answers: [`Pair::run`] moves it on by each timer that fires.
     pub now_ms: u64,
+    /// `Env::clock_us` answers `now_ms` in microseconds (the requester keeps a round-trip
+    /// estimate); `false`: no clock, the IBTA timeout alone.
+    pub clock: bool,
     /// Packets this says to are dropped by the sender's own stack ([`Emit::Dropped`]: not
     /// carried, and not recorded in `out`).
     pub drop_tx: Option<TxDropFn>,
@@ -279,6 +282,9 @@ impl Env for Side {
     }
     fn now_ms(&mut self) -> u64 {
         self.now_ms
+    }
+    fn clock_us(&mut self) -> Option<u64> {
+        self.clock.then_some(self.now_ms * 1000)
     }
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, acc: u32) -> Result<(), u32> {
         self.local_ops.push(("reg", key));
@@ -632,16 +638,39 @@ impl Pair {
                 continue;
             }
             // The wire is quiet: the responders' re-acknowledgement timers fire first (they are
-            // the shorter), then the retransmit timers.
-            if let Some(us) = self.sa.reack_timer.take() {
+            // the shorter), then the retransmit timers. With a clock (a round-trip estimate
+            // makes the retransmit timer the shorter one), whichever is due first.
+            let retry_first = (self.sa.clock || self.sb.clock) && {
+                let retry = [self.sa.retry_timer, self.sb.retry_timer];
+                let reack = [self.sa.reack_timer, self.sb.reack_timer];
+                match (retry.iter().flatten().min(), reack.iter().flatten().min()) {
+                    (Some(&t), Some(&r)) => t <= u64::from(r),
+                    _ => false,
+                }
+            };
+            if retry_first {
+                // Both re-acknowledgement timers run down by the time that passes.
+                let t = [self.sa.retry_timer, self.sb.retry_timer]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(0);
+                for r in [&mut self.sa.reack_timer, &mut self.sb.reack_timer] {
+                    if let Some(v) = r.as_mut() {
+                        *v = v.saturating_sub(t.min(u64::from(u32::MAX)) as u32);
+                    }
+                }
+            } else if let Some(us) = self.sa.reack_timer.take() {
                 self.tick(u64::from(us));
                 self.a.reack_timer_expired(&mut self.sa, &mut self.scratch);
                 continue;
             }
-            if let Some(us) = self.sb.reack_timer.take() {
-                self.tick(u64::from(us));
-                self.b.reack_timer_expired(&mut self.sb, &mut self.scratch);
-                continue;
+            if !retry_first {
+                if let Some(us) = self.sb.reack_timer.take() {
+                    self.tick(u64::from(us));
+                    self.b.reack_timer_expired(&mut self.sb, &mut self.scratch);
+                    continue;
+                }
             }
             let mut fired = false;
             let due = [self.sa.retry_timer, self.sb.retry_timer];

@@ -1,0 +1,289 @@
+//! Issue 28: go-back-N that keeps its speed under loss. A sequence NAK resends at once, once
+//! per episode, and only the halved window; the window grows back (slow start, then congestion
+//! avoidance); a round-trip estimate (RFC 6298, Karn) fires the retransmit timer sooner than
+//! the QP's IBTA `timeout`, which alone still spends `retry_cnt`; the responder's resources are
+//! searched from an index, not scanned whole per packet.
+
+use rrxe_host_tests::logic::{
+    psn::Psn,
+    qp_state::{QpState, QpType},
+    transport::*,
+    wire::{NakCode, Packet, Syndrome},
+};
+use rrxe_host_tests::uapi::Sge;
+
+mod common;
+use common::*;
+
+fn post_writes(p: &mut Pair, n: u64, len: u32) {
+    for i in 0..n {
+        let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
+        w.remote_addr = 0x1020_0000 + i * u64::from(len);
+        w.rkey = 0x100;
+        p.post_send(
+            w,
+            &[Sge {
+                addr: 0x1000_0000 + i * u64::from(len),
+                length: len,
+                lkey: 0x100,
+            }],
+            &[],
+        );
+    }
+}
+
+fn psn_of(b: &[u8]) -> Psn {
+    Packet::parse(b).unwrap().bth().psn
+}
+
+fn is_seq_nak(b: &[u8]) -> bool {
+    Packet::parse(b).unwrap().aeth().is_some_and(|a| {
+        matches!(
+            Syndrome::decode(a.syndrome),
+            Syndrome::Nak(NakCode::PsnSeqError)
+        )
+    })
+}
+
+/// Sends `n` packets from A without carrying them.
+fn send_held(p: &mut Pair, n: usize) -> Vec<Vec<u8>> {
+    while p.sa.out.len() < n {
+        let budget = (n - p.sa.out.len()).min(16) as u32;
+        if p.a.run_requester(&mut p.sa, &mut p.scratch, budget) == 0 {
+            break;
+        }
+    }
+    p.take_out(true)
+}
+
+#[test]
+fn a_sequence_nak_resends_at_once_only_the_halved_window_and_once_per_episode() {
+    // 200 packets in flight, the fourth lost. B NAKs the gap once; A goes back at once
+    // (no timer), with the window halved from the 197 packets in flight past the 3 the NAK
+    // acknowledges: it resends 98 packets, not the 197 it had sent from the gap on (before
+    // issue 28: the whole window, up to 512).
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 4, 64 * 256);
+    let first = send_held(&mut p, 200);
+    assert_eq!(first.len(), 200);
+    for (k, b) in first.iter().enumerate() {
+        if k != 3 {
+            p.deliver(b, true);
+        }
+    }
+    let answers = p.take_out(false);
+    let naks: Vec<_> = answers.iter().filter(|b| is_seq_nak(b)).collect();
+    assert_eq!(naks.len(), 1, "one NAK per gap");
+    for b in &answers {
+        p.deliver(b, false);
+    }
+    assert_eq!(p.sa.stat(Stat::SeqNaksRcvd), 1);
+    let d = p.a.details();
+    assert_eq!(
+        d.cwnd, 98,
+        "the window halves from the 197 packets in flight"
+    );
+    assert_eq!(d.ssthresh, 98);
+    // The go-back starts at once, at the lost packet, and sends what the window allows.
+    let resent = send_held(&mut p, 1000);
+    assert_eq!(psn_of(&resent[0]), psn_of(&first[3]));
+    assert_eq!(resent.len(), 98, "the halved window");
+    // A duplicate of the NAK (the network duplicated it) starts nothing new.
+    p.deliver(naks[0], false);
+    assert!(send_held(&mut p, 1000).is_empty(), "no second go-back");
+    assert_eq!(p.a.details().cwnd, 98, "and no second halving");
+    assert_eq!(p.a.details().retry_left, 6, "one retry for the episode");
+    // Everything then completes, with no timer.
+    for b in resent {
+        p.deliver(&b, true);
+    }
+    p.run();
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(
+        statuses(&p.sa),
+        vec![(0, 0), (1, 0), (2, 0), (3, 0)],
+        "every WR completes once, in order"
+    );
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 4 * 64 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 4 * 64 * 256)
+    );
+    assert!(p.a.details().cwnd > 98, "the window grows back");
+}
+
+#[test]
+fn the_window_grows_back_slowly_above_the_threshold() {
+    // After a NAK halved the window, each window's worth of acknowledged PSNs opens it by
+    // two packets (congestion avoidance), not by one per PSN (slow start).
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 8, 64 * 256);
+    let mut n = 0;
+    p.drop_if = Some(Box::new(move |_, from_a| {
+        n += usize::from(from_a);
+        from_a && n == 40
+    }));
+    p.run();
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(p.sa.stat(Stat::SeqNaksRcvd), 1);
+    let d = p.a.details();
+    assert!(d.ssthresh >= 8 && d.ssthresh < RC_WINDOW, "{d:?}");
+    // 512 - 40 PSNs acknowledged after the loss: about 2 * 472 / ssthresh packets more.
+    assert!(d.cwnd > d.ssthresh && d.cwnd < RC_WINDOW, "{d:?}");
+    assert_eq!(statuses(&p.sa).len(), 8);
+}
+
+#[test]
+fn a_lost_tail_is_resent_at_the_round_trip_estimate_without_spending_a_retry() {
+    // With a clock, a QP whose `timeout` is 18 (1.07 s) recovers a lost last packet after
+    // a few RTO_MIN, not after seconds; the early expiries spend no retry and are no timeouts.
+    // (Two of them, as two timeouts without a clock: the first probes with the WR's first
+    // packet, whose answer cannot tell a lost tail from a late one; the second goes back.)
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 18);
+    p.sa.clock = true;
+    p.sb.clock = true;
+    post_writes(&mut p, 1, 8 * 1024);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert!(p.a.details().srtt_us > 0, "a sample was taken");
+    let t0 = p.sa.now_ms;
+    post_writes(&mut p, 1, 4 * 1024);
+    let mut n = 0;
+    p.drop_if = Some(Box::new(move |_, from_a| {
+        n += usize::from(from_a);
+        from_a && n == 4
+    }));
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (0, 0)]);
+    let waited = p.sa.now_ms - t0;
+    assert!(
+        waited * 1000 < 4 * RTO_MIN_US,
+        "recovered after {waited} ms (timeout 18 is 1,073 ms)"
+    );
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert_eq!(p.sa.stat(Stat::RtoExpiries), 2);
+    assert_eq!(p.a.details().retry_left, 7);
+}
+
+#[test]
+fn without_a_clock_the_timer_waits_the_ibta_timeout() {
+    // The same loss with no clock (Env::clock_us None): the timer waits `timeout` as before.
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 18);
+    post_writes(&mut p, 1, 8 * 1024);
+    p.run();
+    let t0 = p.sa.now_ms;
+    post_writes(&mut p, 1, 4 * 1024);
+    let mut n = 0;
+    p.drop_if = Some(Box::new(move |_, from_a| {
+        n += usize::from(from_a);
+        from_a && n == 4
+    }));
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (0, 0)]);
+    assert!(p.sa.now_ms - t0 >= 2 * 1073);
+    assert_eq!(p.sa.stat(Stat::RtoExpiries), 0);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 2);
+}
+
+#[test]
+fn a_dead_path_still_spends_retry_cnt_at_the_ibta_timeout_only() {
+    // The early expiries resend and back off, but only an expiry at the QP's timeout (with
+    // its 1, 2, 4x backoff) spends a retry: RETRY_EXC_ERR comes after retry_cnt + 1 of them,
+    // and no sooner than those timeouts add up to, as without a clock.
+    for retry_cnt in [0u8, 3, 7] {
+        let mut p = Pair::with(QpType::Rc, 1024, |c| {
+            c.timeout = 14;
+            c.retry_cnt = retry_cnt;
+        });
+        p.sa.clock = true;
+        p.sb.clock = true;
+        post_writes(&mut p, 1, 2048);
+        p.run();
+        assert!(p.a.details().srtt_us > 0);
+        let t0 = p.sa.now_ms;
+        post_writes(&mut p, 1, 2048);
+        p.drop_if = Some(Box::new(|_, from_a| from_a));
+        p.run();
+        assert_eq!(statuses(&p.sa), vec![(0, 0), (0, wc_status::RETRY_EXC_ERR)]);
+        assert_eq!(p.a.state(), QpState::Err);
+        assert_eq!(p.sa.stat(Stat::Timeouts), u64::from(retry_cnt) + 1);
+        assert!(p.sa.stat(Stat::RtoExpiries) > 0);
+        // 4.096 us * 2^14 = 67 ms; waits of 1, 2, 4, 4, ... times that.
+        let full: u64 = (0..=u32::from(retry_cnt)).map(|k| 67 << k.min(2)).sum();
+        let took = p.sa.now_ms - t0;
+        assert!(
+            took >= full && took <= full + 2 * (u64::from(retry_cnt) + 1),
+            "retry_cnt {retry_cnt}: failed after {took} ms, IBTA timeouts add up to {full}"
+        );
+    }
+}
+
+#[test]
+fn karn_a_retransmitted_packet_gives_no_sample() {
+    // The only packet of a WRITE is lost; its retransmission is answered after the early
+    // expiry. That answer could be to either copy: it gives no round-trip sample, so the
+    // estimate stays what the first WR's clean exchange made it.
+    let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 18);
+    p.sa.clock = true;
+    p.sb.clock = true;
+    post_writes(&mut p, 1, 512);
+    p.run();
+    let srtt = p.a.details().srtt_us;
+    assert!(srtt > 0);
+    post_writes(&mut p, 1, 512);
+    let mut n = 0;
+    p.drop_if = Some(Box::new(move |_, from_a| {
+        n += usize::from(from_a);
+        from_a && n == 1
+    }));
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (0, 0)]);
+    assert_eq!(p.sa.stat(Stat::RtoExpiries), 1);
+    assert_eq!(
+        p.a.details().srtt_us,
+        srtt,
+        "no sample from the retransmission"
+    );
+}
+
+#[test]
+fn many_reads_outstanding_are_answered_in_order_through_the_index() {
+    // 60 READs outstanding at once (max_rd_atomic 128), some of their responses lost:
+    // the owed responses are found from the responder's index; every READ completes with
+    // its data (a debug assertion checks the index against a full scan on every search).
+    let mut p = Pair::with(QpType::Rc, 1024, |c| {
+        c.max_rd_atomic = 128;
+        c.max_dest_rd_atomic = 128;
+    })
+    .faulty(
+        Faults {
+            loss: 3,
+            reorder: 5,
+            ..Faults::default()
+        },
+        7,
+    );
+    for i in 0..60u64 {
+        let mut w = signaled(wr_opcode::RDMA_READ, i, 1);
+        w.remote_addr = 0x1000_0000 + i * 3000;
+        w.rkey = 0x100;
+        p.post_send(
+            w,
+            &[Sge {
+                addr: 0x2000_0000 + i * 3000,
+                length: 2500,
+                lkey: 0x200,
+            }],
+            &[],
+        );
+    }
+    p.run();
+    let st = statuses(&p.sa);
+    assert_eq!(st.len(), 60);
+    assert!(st.iter().enumerate().all(|(k, s)| *s == (k as u64, 0)));
+    for i in 0..60u64 {
+        assert_eq!(
+            bytes(&p.sa, 0x200, 0x2000_0000 + i * 3000, 2500),
+            bytes(&p.sb, 0x100, 0x1000_0000 + i * 3000, 2500)
+        );
+    }
+}
