@@ -10,6 +10,9 @@
 #include <linux/gfp.h>
 #include <linux/vmalloc.h>
 #include <rdma/ib_umem.h>
+#include <rdma/ib_umem_odp.h>
+#include <linux/hmm.h>
+#include <linux/mmu_notifier.h>
 #include <rdma/ib_cache.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/rdma_netlink.h>
@@ -328,4 +331,64 @@ void rrxe_skb_reset_transport_header(struct sk_buff *skb)
 void rrxe_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
 {
 	skb_dst_set(skb, dst);
+}
+
+struct ib_umem_odp *rrxe_odp_from_notifier(struct mmu_interval_notifier *mni)
+{
+	return container_of(mni, struct ib_umem_odp, notifier);
+}
+
+bool rrxe_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
+{
+	return mmu_notifier_range_blockable(range);
+}
+
+void rrxe_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long cur_seq)
+{
+	mmu_interval_set_seq(mni, cur_seq);
+}
+
+unsigned long rrxe_mmu_notifier_range_start(const struct mmu_notifier_range *range)
+{
+	return range->start;
+}
+
+unsigned long rrxe_mmu_notifier_range_end(const struct mmu_notifier_range *range)
+{
+	return range->end;
+}
+
+unsigned long rrxe_ib_umem_odp_start(struct ib_umem_odp *odp)
+{
+	return ib_umem_start(odp);
+}
+
+unsigned long rrxe_ib_umem_odp_end(struct ib_umem_odp *odp)
+{
+	return ib_umem_end(odp);
+}
+
+void rrxe_odp_mutex_lock(struct ib_umem_odp *odp)
+{
+	mutex_lock(&odp->umem_mutex);
+}
+
+void rrxe_odp_mutex_unlock(struct ib_umem_odp *odp)
+{
+	mutex_unlock(&odp->umem_mutex);
+}
+
+u64 rrxe_odp_access_mask(bool writable)
+{
+	return ODP_READ_ALLOWED_BIT | (writable ? ODP_WRITE_ALLOWED_BIT : 0);
+}
+
+/* The page behind pfn_list[idx] if HMM reported it valid, else NULL; under umem_mutex. */
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx)
+{
+	unsigned long pfn = odp->pfn_list[idx];
+
+	if (!(pfn & HMM_PFN_VALID))
+		return NULL;
+	return hmm_pfn_to_page(pfn);
 }

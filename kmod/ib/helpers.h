@@ -66,6 +66,22 @@ struct ib_umem *rrxe_ib_umem_get(struct ib_device *device, unsigned long addr, s
 				 int access);
 void rrxe_ib_umem_release(struct ib_umem *umem);
 
+/* odp.rs (static inlines and macros of ib_umem_odp.h, mmu_notifier.h, hmm.h, mutex.h) */
+struct ib_umem_odp;
+struct mmu_interval_notifier;
+struct mmu_notifier_range;
+struct ib_umem_odp *rrxe_odp_from_notifier(struct mmu_interval_notifier *mni);
+bool rrxe_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
+void rrxe_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long cur_seq);
+unsigned long rrxe_mmu_notifier_range_start(const struct mmu_notifier_range *range);
+unsigned long rrxe_mmu_notifier_range_end(const struct mmu_notifier_range *range);
+unsigned long rrxe_ib_umem_odp_start(struct ib_umem_odp *odp);
+unsigned long rrxe_ib_umem_odp_end(struct ib_umem_odp *odp);
+void rrxe_odp_mutex_lock(struct ib_umem_odp *odp);
+void rrxe_odp_mutex_unlock(struct ib_umem_odp *odp);
+u64 rrxe_odp_access_mask(bool writable);
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx);
+
 /* ring.rs */
 struct page *rrxe_alloc_page(gfp_t gfp);
 void rrxe_free_page(struct page *page);
