@@ -333,6 +333,35 @@ void rrxe_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
 	skb_dst_set(skb, dst);
 }
 
+/*
+ * odp.rs. Without CONFIG_INFINIBAND_ON_DEMAND_PAGING ib_core has no ODP umems (its
+ * ib_umem_odp_get is a static inline answering -EINVAL): these wrappers keep the module
+ * building there, and an ODP umem can never be created, so the others are never called.
+ */
+struct ib_umem_odp *rrxe_ib_umem_odp_get(struct ib_device *device, unsigned long addr,
+					 size_t size, int access,
+					 const struct mmu_interval_notifier_ops *ops)
+{
+	return ib_umem_odp_get(device, addr, size, access, ops);
+}
+
+void rrxe_ib_umem_odp_release(struct ib_umem_odp *odp)
+{
+	ib_umem_odp_release(odp);
+}
+
+#ifdef CONFIG_INFINIBAND_ON_DEMAND_PAGING
+int rrxe_ib_umem_odp_map_dma_and_lock(struct ib_umem_odp *odp, u64 start, u64 bcnt,
+				      u64 access_mask, bool fault)
+{
+	return ib_umem_odp_map_dma_and_lock(odp, start, bcnt, access_mask, fault);
+}
+
+void rrxe_ib_umem_odp_unmap_dma_pages(struct ib_umem_odp *odp, u64 start, u64 bound)
+{
+	ib_umem_odp_unmap_dma_pages(odp, start, bound);
+}
+
 struct ib_umem_odp *rrxe_odp_from_notifier(struct mmu_interval_notifier *mni)
 {
 	return container_of(mni, struct ib_umem_odp, notifier);
@@ -392,3 +421,24 @@ struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx)
 		return NULL;
 	return hmm_pfn_to_page(pfn);
 }
+#else
+int rrxe_ib_umem_odp_map_dma_and_lock(struct ib_umem_odp *odp, u64 start, u64 bcnt,
+				      u64 access_mask, bool fault)
+{
+	return -EOPNOTSUPP;
+}
+
+void rrxe_ib_umem_odp_unmap_dma_pages(struct ib_umem_odp *odp, u64 start, u64 bound) {}
+
+struct ib_umem_odp *rrxe_odp_from_notifier(struct mmu_interval_notifier *mni) { return NULL; }
+bool rrxe_mmu_notifier_range_blockable(const struct mmu_notifier_range *range) { return true; }
+void rrxe_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long cur_seq) {}
+unsigned long rrxe_mmu_notifier_range_start(const struct mmu_notifier_range *range) { return 0; }
+unsigned long rrxe_mmu_notifier_range_end(const struct mmu_notifier_range *range) { return 0; }
+unsigned long rrxe_ib_umem_odp_start(struct ib_umem_odp *odp) { return 0; }
+unsigned long rrxe_ib_umem_odp_end(struct ib_umem_odp *odp) { return 0; }
+void rrxe_odp_mutex_lock(struct ib_umem_odp *odp) {}
+void rrxe_odp_mutex_unlock(struct ib_umem_odp *odp) {}
+u64 rrxe_odp_access_mask(bool writable) { return 0; }
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx) { return NULL; }
+#endif

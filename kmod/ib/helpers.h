@@ -70,6 +70,14 @@ void rrxe_ib_umem_release(struct ib_umem *umem);
 struct ib_umem_odp;
 struct mmu_interval_notifier;
 struct mmu_notifier_range;
+struct mmu_interval_notifier_ops;
+struct ib_umem_odp *rrxe_ib_umem_odp_get(struct ib_device *device, unsigned long addr,
+					 size_t size, int access,
+					 const struct mmu_interval_notifier_ops *ops);
+void rrxe_ib_umem_odp_release(struct ib_umem_odp *odp);
+int rrxe_ib_umem_odp_map_dma_and_lock(struct ib_umem_odp *odp, u64 start, u64 bcnt,
+				      u64 access_mask, bool fault);
+void rrxe_ib_umem_odp_unmap_dma_pages(struct ib_umem_odp *odp, u64 start, u64 bound);
 struct ib_umem_odp *rrxe_odp_from_notifier(struct mmu_interval_notifier *mni);
 bool rrxe_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
 void rrxe_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long cur_seq);

@@ -133,7 +133,7 @@ unsafe extern "C" fn invalidate(
         }
         // SAFETY: `umem_mutex` is held as the function requires; `[s, e)` lies within the
         // umem.
-        unsafe { b::ib_umem_odp_unmap_dma_pages(odp, s as u64, e as u64) };
+        unsafe { b::rrxe_ib_umem_odp_unmap_dma_pages(odp, s as u64, e as u64) };
     }
     // SAFETY: taken above on this path.
     unsafe { b::rrxe_odp_mutex_unlock(odp) };
@@ -155,7 +155,7 @@ impl OdpUmem {
         // SAFETY: the device is alive; `ib_umem_odp_get` validates the user range itself and
         // keeps a pointer to `INVALIDATE_OPS`, which is static.
         let raw = unsafe {
-            b::ib_umem_odp_get(dev.as_raw(), addr as _, len as _, access, &INVALIDATE_OPS)
+            b::rrxe_ib_umem_odp_get(dev.as_raw(), addr as _, len as _, access, &INVALIDATE_OPS)
         };
         let e = raw as isize;
         if (-4095..0).contains(&e) {
@@ -170,7 +170,7 @@ impl OdpUmem {
             fn drop(&mut self) {
                 // SAFETY: the umem is ours and its `private` is still null: nothing else
                 // refers to it.
-                unsafe { b::ib_umem_odp_release(self.0) };
+                unsafe { b::rrxe_ib_umem_odp_release(self.0) };
             }
         }
         let guard = Guard(raw);
@@ -246,7 +246,7 @@ impl OdpUmem {
         // sleeps, which the documented contract of this method allows. On success the umem's
         // `umem_mutex` is held on return.
         let r = unsafe {
-            b::ib_umem_odp_map_dma_and_lock(
+            b::rrxe_ib_umem_odp_map_dma_and_lock(
                 self.raw,
                 (self.start + abs) as u64,
                 len as u64,
@@ -402,6 +402,6 @@ impl Drop for OdpUmem {
         // SAFETY: by the type invariant we own the umem. `ib_umem_odp_release` removes the
         // notifier (waiting for a running invalidation) before it frees the umem, so `pages`,
         // dropped after this, is not referred to any more.
-        unsafe { b::ib_umem_odp_release(self.raw) };
+        unsafe { b::rrxe_ib_umem_odp_release(self.raw) };
     }
 }
