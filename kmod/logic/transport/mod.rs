@@ -21,6 +21,7 @@
 //! implied NAK costs one of `retry_cnt` retries (reset by progress), and exhausting them
 //! completes the oldest WR with RETRY_EXC_ERR and moves the QP to ERR.
 
+mod ahead;
 mod completer;
 mod requester;
 mod responder;
@@ -356,6 +357,8 @@ pub struct Details {
     pub ssthresh: u32,
     /// The round-trip estimate (microseconds; 0: no sample yet, or no clock).
     pub srtt_us: u64,
+    /// READ responses placed ahead of a gap in the front READ, not yet in order.
+    pub reads_ahead: u32,
 }
 
 /// What the wire answered to [`Env::emit`].
@@ -771,6 +774,7 @@ where
             cwnd: self.req.cwnd,
             ssthresh: self.req.ssthresh,
             srtt_us: self.req.srtt_us,
+            reads_ahead: self.req.ahead.count(),
         }
     }
 

@@ -3,8 +3,8 @@
 //! timer, and goes back N when the completer or the timer says packets were lost.
 
 use super::{
-    opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat,
-    WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
+    ahead::ReadAhead, opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env,
+    Resource, SqEntry, Stat, WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -96,6 +96,8 @@ pub(super) struct Requester {
     /// Of what `heard` heard, READ responses: the peer is replaying READs of ours, and an
     /// early expiry (which would send it yet another READ to replay) waits.
     pub(super) replay_heard: bool,
+    /// The front READ's responses placed ahead of a gap (see [`ReadAhead`]).
+    pub(super) ahead: ReadAhead,
 }
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
@@ -173,6 +175,7 @@ impl Requester {
             early: 0,
             asked_now: false,
             replay_heard: false,
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -189,6 +192,7 @@ impl Requester {
         self.cwnd = RC_WINDOW;
         self.heard = false;
         self.replay_heard = false;
+        self.ahead.clear();
         self.busy_waits = 0;
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;

@@ -477,6 +477,9 @@ pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
     t.u32(c_str!("cwnd"), d.cwnd)?;
     t.u32(c_str!("ssthresh"), d.ssthresh)?;
     t.u32(c_str!("srtt_us"), d.srtt_us.min(u64::from(u32::MAX)) as u32)?;
+    if d.reads_ahead != 0 {
+        t.u32(c_str!("reads_ahead"), d.reads_ahead)?;
+    }
     if d.rnr_wait {
         t.str(c_str!("rnr"), c_str!("waiting"))?;
     }
