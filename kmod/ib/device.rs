@@ -419,7 +419,7 @@ impl<T: IbDriver> Device<T> {
         ops.mmap_free = Some(super::ring::mmap_free);
         ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_callback);
         ops.get_hw_stats = Some(Self::get_hw_stats_callback);
-        super::objects::fill_ops::<T>(&mut ops);
+        super::ops::fill_ops::<T>(&mut ops);
         ops
     }
 
@@ -772,4 +772,12 @@ impl<T: IbDriver> NetdevHandler for Arc<Registry<T>> {
             unsafe { b::ib_device_put(raw) };
         }
     }
+}
+
+/// # Safety
+///
+/// `ibdev` must be a live device of driver `T`.
+pub(super) unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Device<T> {
+    // SAFETY: per the contract above.
+    unsafe { Device::<T>::from_raw(ibdev) }
 }

@@ -5,7 +5,8 @@
 
 use super::bindings as b;
 use super::device::IbDriver;
-use super::objects::{dev, CqObj, MrObj, QpObj};
+use super::device::dev;
+use super::objects::{CqObj, MrObj, QpObj};
 use kernel::{prelude::*, str::CStr};
 
 /// `EMSGSIZE` (the message is full), which `kernel::error::code` lacks in 6.12.
