@@ -9,9 +9,9 @@
 //! [`super::kmem`]).
 
 use super::bindings as b;
+use super::device::dev;
 use super::device::IbDriver;
 use super::kmem::{self, KernelConsumer, KernelVirt, MappedPage};
-use super::device::dev;
 use super::objects::{AhObj, CqObj, MrKeys, MrObj, Owner, PdObj, QpObj, SrqObj};
 use crate::logic::limits as lim;
 use crate::uapi::{self, wr_opcode, SendWqe, Sge};

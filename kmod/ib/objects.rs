@@ -158,7 +158,10 @@ impl AddressVector {
     /// # Safety
     ///
     /// `ah` must be a valid `rdma_ah_attr` whose `grh.sgid_attr` is NULL or a live GID entry.
-    pub(super) unsafe fn from_raw<T: IbDriver>(dev: &Device<T>, ah: *const b::rdma_ah_attr) -> Self {
+    pub(super) unsafe fn from_raw<T: IbDriver>(
+        dev: &Device<T>,
+        ah: *const b::rdma_ah_attr,
+    ) -> Self {
         // SAFETY: per the contract above.
         let ah = unsafe { &*ah };
         let grh = &ah.grh;

@@ -4,8 +4,8 @@
 //! table of the entry.
 
 use super::bindings as b;
-use super::device::IbDriver;
 use super::device::dev;
+use super::device::IbDriver;
 use super::objects::{CqObj, MrObj, QpObj};
 use kernel::{prelude::*, str::CStr};
 
