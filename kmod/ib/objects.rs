@@ -327,14 +327,17 @@ impl QpRef {
 
     /// Dispatches `e` to the QP's event handler.
     pub(crate) fn event(&self, e: QpEvent) {
-        let mut ev = b::ib_event::default();
-        ev.event = match e {
+        let event = match e {
             QpEvent::Fatal => b::ib_event_type_IB_EVENT_QP_FATAL,
             QpEvent::CommEst => b::ib_event_type_IB_EVENT_COMM_EST,
             QpEvent::SqDrained => b::ib_event_type_IB_EVENT_SQ_DRAINED,
             QpEvent::LastWqeReached => b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
             QpEvent::ReqErr => b::ib_event_type_IB_EVENT_QP_REQ_ERR,
             QpEvent::AccessErr => b::ib_event_type_IB_EVENT_QP_ACCESS_ERR,
+        };
+        let mut ev = b::ib_event {
+            event,
+            ..Default::default()
         };
         // SAFETY: the QP is alive (invariant); `event_handler`/`qp_context` were set by ib_core
         // before `create_qp`; `qp` is the union member read for QP events.

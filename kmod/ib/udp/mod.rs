@@ -309,8 +309,10 @@ impl Drop for RegistryGuard {
 
 /// Opens one tunnel socket on port 4791 (not yet receiving).
 fn open_socket(net: *mut b::net, v6: bool) -> Result<*mut b::socket> {
-    let mut cfg = b::udp_port_cfg::default();
-    cfg.local_udp_port = ROCE_V2_UDP_DPORT.to_be();
+    let mut cfg = b::udp_port_cfg {
+        local_udp_port: ROCE_V2_UDP_DPORT.to_be(),
+        ..Default::default()
+    };
     let mut sock: *mut b::socket = ptr::null_mut();
     // SAFETY: `net` is a live namespace (it holds the caller's netdev); `cfg` is a valid
     // configuration (wildcard address, our port); `sock` receives the new socket.
