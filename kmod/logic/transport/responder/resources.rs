@@ -426,12 +426,7 @@ where
                     return Emit::Sent;
                 };
                 let pos = Position::of(r.next - r.first, r.count - r.first).unwrap_or(s.position);
-                h.bth.opcode = match pos {
-                    Position::First => opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    Position::Middle => opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    Position::Last => opcode::RC_RDMA_READ_RESPONSE_LAST,
-                    Position::Only => opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                };
+                h.bth.opcode = opcode::read_response_opcode(pos);
                 h.bth.psn = s.psn(r.psn);
                 if pos != Position::Middle {
                     h.aeth = Some(Aeth::ack(r.msn, AETH_ACK_UNLIMITED));

@@ -3,6 +3,7 @@
 //! report). Each program in `src/main.rs` and `src/bin/` links it.
 
 pub mod dp;
+pub mod pair;
 pub mod ffi;
 pub mod robust;
 pub mod util;
