@@ -16,7 +16,7 @@ use super::kmem::{KernelVirt, MappedPage};
 use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
-    AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
+    AddressVector, CqInit, CqRef, MrArgs, MrKeys, Obj, QpInit, QpRef, QpSnapshot, SrqAttr, SrqRef,
 };
 use super::restrack::ResTable;
 use super::udata::Udata;
@@ -785,3 +785,20 @@ pub(super) unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Devic
     // SAFETY: per the contract above.
     unsafe { Device::<T>::from_raw(ibdev) }
 }
+
+/// The objects a new QP is attached to.
+pub(crate) struct QpLinks<'a, T: IbDriver> {
+    pub(crate) send_cq: Option<&'a T::Cq>,
+    pub(crate) recv_cq: Option<&'a T::Cq>,
+    pub(crate) srq: Option<&'a T::Srq>,
+    pub(crate) this: QpRef,
+}
+
+/// The allocations of the driver's objects: the ib_core struct, then the driver's data.
+pub(super) type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
+pub(super) type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
+pub(super) type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
+pub(super) type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
+pub(super) type MwObj<T> = Obj<b::ib_mw, <T as IbDriver>::Mw>;
+pub(super) type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
+pub(super) type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;

@@ -9,7 +9,6 @@
 //! created object. MRs are allocated by the driver, so an MR [`Obj`] lives in a `KBox`.
 
 use super::bindings as b;
-use super::device::{Device, IbDriver};
 use super::kmem::KernelConsumer;
 use super::udata::Udata;
 use crate::logic::qp_attr::QpCap;
@@ -157,11 +156,9 @@ pub(crate) struct SgidInfo {
 impl AddressVector {
     /// # Safety
     ///
-    /// `ah` must be a valid `rdma_ah_attr` whose `grh.sgid_attr` is NULL or a live GID entry.
-    pub(super) unsafe fn from_raw<T: IbDriver>(
-        dev: &Device<T>,
-        ah: *const b::rdma_ah_attr,
-    ) -> Self {
+    /// `ah` must be a valid `rdma_ah_attr` whose `grh.sgid_attr` is NULL or a live GID entry;
+    /// `netdev` is the device's netdev.
+    pub(super) unsafe fn from_raw(netdev: *mut b::net_device, ah: *const b::rdma_ah_attr) -> Self {
         // SAFETY: per the contract above.
         let ah = unsafe { &*ah };
         let grh = &ah.grh;
@@ -175,7 +172,7 @@ impl AddressVector {
                 Some(SgidInfo {
                     gid: *attr.gid.raw.as_ref(),
                     is_roce_v2: attr.gid_type == b::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
-                    on_our_netdev: b::rrxe_gid_attr_ndev_is(grh.sgid_attr, dev.netdev().as_raw()),
+                    on_our_netdev: b::rrxe_gid_attr_ndev_is(grh.sgid_attr, netdev),
                 })
             }
         };
@@ -250,14 +247,6 @@ pub(crate) struct QpSnapshot {
 
 pub(crate) use super::umem::Umem;
 
-/// The objects a new QP is attached to.
-pub(crate) struct QpLinks<'a, T: IbDriver> {
-    pub(crate) send_cq: Option<&'a T::Cq>,
-    pub(crate) recv_cq: Option<&'a T::Cq>,
-    pub(crate) srq: Option<&'a T::Srq>,
-    pub(crate) this: QpRef,
-}
-
 /// Raises ib_core events on a CQ.
 ///
 /// # Invariants
@@ -320,11 +309,6 @@ unsafe impl Send for QpRef {}
 unsafe impl Sync for QpRef {}
 
 impl QpRef {
-    /// The `ib_qp` as a kernel consumer's completion names it.
-    pub(crate) fn handle(&self) -> super::kverbs::QpHandle {
-        super::kverbs::QpHandle(self.0)
-    }
-
     /// Dispatches `e` to the QP's event handler.
     pub(crate) fn event(&self, e: QpEvent) {
         let event = match e {
@@ -419,11 +403,3 @@ pub(super) fn cap_to_raw(c: &QpCap, out: &mut b::ib_qp_cap) {
     out.max_recv_sge = c.max_recv_sge;
     out.max_inline_data = c.max_inline_data;
 }
-
-pub(super) type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
-pub(super) type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
-pub(super) type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
-pub(super) type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
-pub(super) type MwObj<T> = Obj<b::ib_mw, <T as IbDriver>::Mw>;
-pub(super) type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
-pub(super) type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;

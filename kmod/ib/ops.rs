@@ -4,7 +4,9 @@
 //! driver's [`IbDriver`] method.
 
 use super::bindings as b;
-use super::device::{dev, Device, IbDriver};
+use super::device::{
+    dev, AhObj, CqObj, Device, IbDriver, MrObj, MwObj, PdObj, QpLinks, QpObj, SrqObj,
+};
 use super::objects::*;
 use super::udata::Udata;
 use crate::logic::{qp_attr::ModifyRequest, qp_state::AttrMask};
@@ -249,7 +251,7 @@ unsafe extern "C" fn modify_qp<T: IbDriver>(
         let av = if mask.contains(AttrMask::AV) {
             // SAFETY: with IB_QP_AV, ib_core filled `ah_attr` and took a reference on its
             // sgid_attr for the duration of the call.
-            Some(unsafe { AddressVector::from_raw(d, &a.ah_attr) })
+            Some(unsafe { AddressVector::from_raw(d.netdev().as_raw(), &a.ah_attr) })
         } else {
             None
         };
@@ -509,7 +511,7 @@ unsafe extern "C" fn create_ah<T: IbDriver>(
             (
                 d,
                 PdObj::<T>::data((*ah).pd),
-                AddressVector::from_raw(d, (*init).ah_attr),
+                AddressVector::from_raw(d.netdev().as_raw(), (*init).ah_attr),
                 Udata::from_raw(udata),
             )
         };
