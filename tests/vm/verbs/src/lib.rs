@@ -3,8 +3,8 @@
 //! report). Each program in `src/main.rs` and `src/bin/` links it.
 
 pub mod dp;
-pub mod pair;
 pub mod ffi;
+pub mod pair;
 pub mod robust;
 pub mod util;
 pub mod verbs;
