@@ -16,7 +16,7 @@ use super::kmem::{KernelVirt, MappedPage};
 use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
-    AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
+    AddressVector, CqInit, CqRef, MrArgs, MrKeys, Obj, QpInit, QpRef, QpSnapshot, SrqAttr, SrqRef,
 };
 use super::restrack::ResTable;
 use super::udata::Udata;
@@ -305,8 +305,10 @@ impl<T: IbDriver> Device<T> {
 
     /// Reports a port state change to ib_core's event handlers.
     pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
-        let mut ev = b::ib_event::default();
-        ev.device = self.as_raw();
+        let mut ev = b::ib_event {
+            device: self.as_raw(),
+            ..Default::default()
+        };
         // SAFETY: `port_num` is the union member `ib_dispatch_event` reads for port events.
         unsafe { *ev.element.port_num.as_mut() = port };
         ev.event = if active {
@@ -360,11 +362,11 @@ impl<T: IbDriver> Device<T> {
             addr_of_mut!((*this).registry).write(registry.clone());
         }
         // INVARIANT: every Rust field is initialised; `dealloc_driver` is installed next.
-        let mut ops = Self::ops(registry.module, id.uverbs_abi_ver);
+        let ops = Self::ops(registry.module, id.uverbs_abi_ver);
         // SAFETY: `raw` is a live, unregistered device that we own exclusively until
         // registration; `ib_set_device_ops` copies `ops`.
         unsafe {
-            b::ib_set_device_ops(raw, &mut ops);
+            b::ib_set_device_ops(raw, &ops);
             (*raw).node_type = b::RDMA_NODE_IB_CA as u8;
             // Commands ib_core does not enable by default: the send doorbell and CQ arming.
             (*raw).uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
@@ -400,10 +402,12 @@ impl<T: IbDriver> Device<T> {
     }
 
     fn ops(module: &'static ThisModule, uverbs_abi_ver: u32) -> b::ib_device_ops {
-        let mut ops = b::ib_device_ops::default();
-        ops.owner = module.as_ptr().cast();
-        ops.driver_id = b::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
-        ops.uverbs_abi_ver = uverbs_abi_ver;
+        let mut ops = b::ib_device_ops {
+            owner: module.as_ptr().cast(),
+            driver_id: b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            uverbs_abi_ver,
+            ..Default::default()
+        };
         ops.size_ib_ucontext = size_of::<Ucontext<T>>();
         ops.device_group = super::sysfs::device_group::<T>();
         ops.dealloc_driver = Some(Self::dealloc_driver_callback);
@@ -419,7 +423,7 @@ impl<T: IbDriver> Device<T> {
         ops.mmap_free = Some(super::ring::mmap_free);
         ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_callback);
         ops.get_hw_stats = Some(Self::get_hw_stats_callback);
-        super::objects::fill_ops::<T>(&mut ops);
+        super::ops::fill_ops::<T>(&mut ops);
         ops
     }
 
@@ -773,3 +777,28 @@ impl<T: IbDriver> NetdevHandler for Arc<Registry<T>> {
         }
     }
 }
+
+/// # Safety
+///
+/// `ibdev` must be a live device of driver `T`.
+pub(super) unsafe fn dev<'a, T: IbDriver>(ibdev: *mut b::ib_device) -> &'a Device<T> {
+    // SAFETY: per the contract above.
+    unsafe { Device::<T>::from_raw(ibdev) }
+}
+
+/// The objects a new QP is attached to.
+pub(crate) struct QpLinks<'a, T: IbDriver> {
+    pub(crate) send_cq: Option<&'a T::Cq>,
+    pub(crate) recv_cq: Option<&'a T::Cq>,
+    pub(crate) srq: Option<&'a T::Srq>,
+    pub(crate) this: QpRef,
+}
+
+/// The allocations of the driver's objects: the ib_core struct, then the driver's data.
+pub(super) type PdObj<T> = Obj<b::ib_pd, <T as IbDriver>::Pd>;
+pub(super) type CqObj<T> = Obj<b::ib_cq, <T as IbDriver>::Cq>;
+pub(super) type QpObj<T> = Obj<b::ib_qp, <T as IbDriver>::Qp>;
+pub(super) type MrObj<T> = Obj<b::ib_mr, <T as IbDriver>::Mr>;
+pub(super) type MwObj<T> = Obj<b::ib_mw, <T as IbDriver>::Mw>;
+pub(super) type AhObj<T> = Obj<b::ib_ah, <T as IbDriver>::Ah>;
+pub(super) type SrqObj<T> = Obj<b::ib_srq, <T as IbDriver>::Srq>;

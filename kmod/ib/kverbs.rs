@@ -9,9 +9,9 @@
 //! [`super::kmem`]).
 
 use super::bindings as b;
-use super::device::IbDriver;
+use super::device::{dev, AhObj, CqObj, IbDriver, MrObj, PdObj, QpObj, SrqObj};
 use super::kmem::{self, KernelConsumer, KernelVirt, MappedPage};
-use super::objects::{dev, AhObj, CqObj, MrKeys, MrObj, Owner, PdObj, QpObj, SrqObj};
+use super::objects::{MrKeys, Owner};
 use crate::logic::limits as lim;
 use crate::uapi::{self, wr_opcode, SendWqe, Sge};
 use core::{mem::MaybeUninit, ptr};
@@ -556,4 +556,11 @@ unsafe extern "C" fn get_dma_mr<T: IbDriver>(pd: *mut b::ib_pd, access: i32) -> 
     // SAFETY: per the contract above.
     let (d, pdd) = unsafe { (dev::<T>((*pd).device), PdObj::<T>::data(pd)) };
     new_mr::<T>(|| T::get_dma_mr(d, pdd, KernelVirt::new(who), access as u32))
+}
+
+impl super::objects::QpRef {
+    /// The `ib_qp` as a kernel consumer's completion names it.
+    pub(crate) fn handle(&self) -> QpHandle {
+        QpHandle(self.0)
+    }
 }

@@ -16,8 +16,10 @@ pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;
+pub(crate) mod ops;
 pub(crate) mod restrack;
 pub(crate) mod ring;
+pub(crate) mod route;
 pub(crate) mod rxtable;
 pub(crate) mod sysfs;
 #[allow(dead_code)] // used by the transport engine

@@ -4,8 +4,7 @@
 //! table of the entry.
 
 use super::bindings as b;
-use super::device::IbDriver;
-use super::objects::{dev, CqObj, MrObj, QpObj};
+use super::device::{dev, CqObj, IbDriver, MrObj, QpObj};
 use kernel::{prelude::*, str::CStr};
 
 /// `EMSGSIZE` (the message is full), which `kernel::error::code` lacks in 6.12.

@@ -21,8 +21,8 @@
 //!   window is bound to, as an access through it must; a local one must come from a QP of the
 //!   window's PD (rxe checks neither).
 
+use super::mr::MemError;
 use super::qp_attr::access;
-use super::transport::MemError;
 use crate::uapi::{bind_flags, SendWqe};
 
 /// `EINVAL`.

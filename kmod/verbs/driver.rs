@@ -10,12 +10,10 @@ use super::{
 };
 use crate::ib::{
     bindings as b,
-    device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
+    device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable, QpLinks},
     kmem::{KernelVirt, MappedPage},
     kverbs::{KSendWr, Wc},
-    objects::{
-        AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
-    },
+    objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpSnapshot, SrqAttr, SrqRef},
     restrack::ResTable,
     udata::Udata,
 };

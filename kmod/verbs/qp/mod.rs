@@ -17,9 +17,9 @@ pub(crate) use state::{Eng, QpInner, QpParts};
 
 use super::{av::Path, device::Rrxe, errno, pd::RrxePd};
 use crate::ib::{
-    device::Device,
+    device::{Device, QpLinks},
     kverbs::KSendWr,
-    objects::{AddressVector, QpInit, QpLinks, QpSnapshot},
+    objects::{AddressVector, QpInit, QpSnapshot},
     restrack::ResTable,
     ring::SharedRing,
     udata::Udata,
