@@ -98,10 +98,13 @@ pub enum Stat {
     /// Retransmit timer expiries at the RTT-based timeout, before the QP's IBTA `timeout`
     /// ran out (no retry spent; see `Engine::retry_timer_expired`).
     RtoExpiries,
+    /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
+    /// recovered to the line rate).
+    RateLimitedQps,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RtoExpiries as usize + 1;
+pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -145,6 +148,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RateCuts,
     Stat::RatePaced,
     Stat::RtoExpiries,
+    Stat::RateLimitedQps,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -190,6 +194,7 @@ pub const NAMES: [&str; COUNT] = [
     "rate_cuts\0",
     "rate_paced\0",
     "rto_expiries\0",
+    "rate_limited_qps\0",
 ];
 
 impl Stat {
