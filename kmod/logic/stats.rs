@@ -101,10 +101,13 @@ pub enum Stat {
     /// READ responses that arrived past a gap (reordered, or after a loss) and were placed
     /// at once instead of being asked for again.
     ReadResponsesAhead,
+    /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
+    /// recovered to the line rate).
+    RateLimitedQps,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::ReadResponsesAhead as usize + 1;
+pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -149,6 +152,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RatePaced,
     Stat::RtoExpiries,
     Stat::ReadResponsesAhead,
+    Stat::RateLimitedQps,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -195,6 +199,7 @@ pub const NAMES: [&str; COUNT] = [
     "rate_paced\0",
     "rto_expiries\0",
     "read_responses_ahead\0",
+    "rate_limited_qps\0",
 ];
 
 impl Stat {
