@@ -8,6 +8,7 @@ use crate::ib::{
     netdev::NetDev,
     udp::{LazyUdp, TxPath, XmitError},
 };
+use crate::logic::stats::Stat;
 use crate::logic::{
     dcqcn,
     mw::{self, MrRef},
@@ -24,7 +25,6 @@ use crate::verbs::{
     stats::DevStats,
     table::Table,
 };
-use crate::logic::stats::Stat;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::{
