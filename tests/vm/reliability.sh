@@ -203,6 +203,10 @@ both_dirs() {
 rrxe_side() { if is_rrxe "$DEV0" || ! is_rrxe "$DEV1"; then echo 0; else echo 1; fi; }
 
 lossless() {
+  # Three integrity runs (RC, UC, UD, up to 4 MiB) in one step: twice the step's hang limit.
+  # A clean-clone run on a loaded machine (four guests on two cores) took 83 s for the RC run
+  # alone and was killed at 120 s in the UC run, making progress.
+  local T=$((T * 2))
   snap before
   sub "$TOPO.lossless" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc,uc,ud \
     --ops 40 --ud-ops 40 --max-size $((4 << 20)) --bursts 4 --atomic-counter 64 "${seed[@]}"
