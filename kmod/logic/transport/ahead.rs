@@ -80,8 +80,12 @@ impl ReadAhead {
                 break;
             }
         }
-        // The placed segment itself and the run after it leave the record.
+        // The placed segment itself and the run after it leave the record; an empty record
+        // belongs to no READ, so the in-order responses after it cost one comparison.
         self.shift(n + 1);
+        if self.bits.iter().all(|&w| w == 0) {
+            self.owner = None;
+        }
         n
     }
 

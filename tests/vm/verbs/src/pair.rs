@@ -120,3 +120,18 @@ pub fn expect(w: &ibv_wc, status: u32, opcode: Option<u32>, what: &str) -> Resul
     }
     Ok(())
 }
+
+/// A send WR with `opcode`, `flags` and the scatter list `sge` (none when empty).
+pub fn send_wr(id: u64, opcode: u32, flags: u32, sge: &mut [ibv_sge]) -> ibv_send_wr {
+    let mut w: ibv_send_wr = zeroed();
+    w.wr_id = id;
+    w.opcode = opcode;
+    w.send_flags = flags;
+    w.num_sge = sge.len() as i32;
+    w.sg_list = if sge.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        sge.as_mut_ptr()
+    };
+    w
+}

@@ -30,10 +30,9 @@
 
 use rrxe_verbs_test::{dp, ffi, pair, util, verbs};
 
-use pair::{expect, is_rrxe, one};
+use pair::{expect, is_rrxe, one, send_wr};
 
 use std::process::ExitCode;
-use std::ptr;
 
 use dp::{Dev, Rng, Side, ACCESS_ALL};
 use ffi::*;
@@ -128,20 +127,6 @@ fn set(x: *mut ibv_qp_ex, id: u64, flags: u32) {
         (*x).wr_id = id;
         (*x).wr_flags = flags;
     }
-}
-
-fn send_wr(id: u64, opcode: u32, flags: u32, sge: &mut [ibv_sge]) -> ibv_send_wr {
-    let mut w: ibv_send_wr = zeroed();
-    w.wr_id = id;
-    w.opcode = opcode;
-    w.send_flags = flags;
-    w.num_sge = sge.len() as i32;
-    w.sg_list = if sge.is_empty() {
-        ptr::null_mut()
-    } else {
-        sge.as_mut_ptr()
-    };
-    w
 }
 
 fn caps(r: &mut Report, d: &Dev) {

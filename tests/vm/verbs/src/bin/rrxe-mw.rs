@@ -27,7 +27,7 @@
 
 use rrxe_verbs_test::{dp, ffi, pair, util, verbs};
 
-use pair::{expect, is_rrxe, one};
+use pair::{expect, is_rrxe, one, send_wr};
 
 use std::process::ExitCode;
 use std::ptr;
@@ -117,20 +117,6 @@ fn inc_rkey(k: u32) -> u32 {
     (k & 0xffff_ff00) | (k.wrapping_add(1) & 0xff)
 }
 
-fn send_wr(id: u64, opcode: u32, sge: &mut [ibv_sge]) -> ibv_send_wr {
-    let mut w: ibv_send_wr = zeroed();
-    w.wr_id = id;
-    w.opcode = opcode;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.num_sge = sge.len() as i32;
-    w.sg_list = if sge.is_empty() {
-        ptr::null_mut()
-    } else {
-        sge.as_mut_ptr()
-    };
-    w
-}
-
 fn info(mr: &Mr, off: u64, len: u64, access: u32) -> ibv_mw_bind_info {
     ibv_mw_bind_info {
         mr: mr.ptr,
@@ -158,7 +144,7 @@ fn bind1(b: &Side, mw: &Mw, info: ibv_mw_bind_info) -> Result<ibv_wc, String> {
 
 /// An `IBV_WR_BIND_MW` WR through `ibv_post_send` with rkey `rkey`, then its completion.
 fn bind2(b: &Side, mw: &Mw, rkey: u32, info: ibv_mw_bind_info) -> Result<ibv_wc, String> {
-    let mut w = send_wr(0xb2, IBV_WR_BIND_MW, &mut []);
+    let mut w = send_wr(0xb2, IBV_WR_BIND_MW, IBV_SEND_SIGNALED, &mut []);
     w.bind_mw_tso_union.bind_mw = bind_mw_t {
         mw: mw.0,
         rkey,
@@ -172,7 +158,7 @@ fn bind2(b: &Side, mw: &Mw, rkey: u32, info: ibv_mw_bind_info) -> Result<ibv_wc,
 /// `rkey`; its completion.
 fn rdma(a: &Side, op: u32, rkey: u32, raddr: u64, len: usize) -> Result<ibv_wc, String> {
     let mut sge = [a.sge(0, len)];
-    let mut w = send_wr(0xd0, op, &mut sge);
+    let mut w = send_wr(0xd0, op, IBV_SEND_SIGNALED, &mut sge);
     w.wr.rdma.remote_addr = raddr;
     w.wr.rdma.rkey = rkey;
     dp::post_send(&a.qp, &mut w)?;
@@ -373,7 +359,7 @@ fn type2(da: &Dev, db: &Dev, rng: &mut Rng, how: &str) -> Result<(), String> {
     write_read(&a, &b, rng, k, base + 512, (WIN_OFF + 512) as usize, 1000)?;
     match how {
         "local_inv" => {
-            let mut w = send_wr(0x1e, IBV_WR_LOCAL_INV, &mut []);
+            let mut w = send_wr(0x1e, IBV_WR_LOCAL_INV, IBV_SEND_SIGNALED, &mut []);
             w.imm_data_invalidated_rkey_union.invalidated_rkey = k;
             dp::post_send(&b.qp, &mut w)?;
             let c = one(&b.cq, "LOCAL_INV completion")?;
@@ -392,7 +378,7 @@ fn type2(da: &Dev, db: &Dev, rng: &mut Rng, how: &str) -> Result<(), String> {
             rw.num_sge = 1;
             dp::post_recv(&b.qp, &mut rw)?;
             let mut sge = [a.sge(0, 32)];
-            let mut w = send_wr(0x5e, IBV_WR_SEND_WITH_INV, &mut sge);
+            let mut w = send_wr(0x5e, IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED, &mut sge);
             w.imm_data_invalidated_rkey_union.invalidated_rkey = k;
             dp::post_send(&a.qp, &mut w)?;
             let c = one(&a.cq, "SEND_WITH_INV completion")?;
