@@ -406,23 +406,23 @@ impl<T: IbDriver> Device<T> {
             owner: module.as_ptr().cast(),
             driver_id: b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
             uverbs_abi_ver,
+            size_ib_ucontext: size_of::<Ucontext<T>>(),
+            device_group: super::sysfs::device_group::<T>(),
+            dealloc_driver: Some(Self::dealloc_driver_callback),
+            query_device: Some(Self::query_device_callback),
+            query_port: Some(Self::query_port_callback),
+            get_port_immutable: Some(Self::get_port_immutable_callback),
+            get_link_layer: Some(Self::get_link_layer_callback),
+            query_pkey: Some(Self::query_pkey_callback),
+            alloc_ucontext: Some(Self::alloc_ucontext_callback),
+            dealloc_ucontext: Some(Self::dealloc_ucontext_callback),
+            disassociate_ucontext: Some(Self::disassociate_ucontext_callback),
+            mmap: Some(Self::mmap_callback),
+            mmap_free: Some(super::ring::mmap_free),
+            alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_callback),
+            get_hw_stats: Some(Self::get_hw_stats_callback),
             ..Default::default()
         };
-        ops.size_ib_ucontext = size_of::<Ucontext<T>>();
-        ops.device_group = super::sysfs::device_group::<T>();
-        ops.dealloc_driver = Some(Self::dealloc_driver_callback);
-        ops.query_device = Some(Self::query_device_callback);
-        ops.query_port = Some(Self::query_port_callback);
-        ops.get_port_immutable = Some(Self::get_port_immutable_callback);
-        ops.get_link_layer = Some(Self::get_link_layer_callback);
-        ops.query_pkey = Some(Self::query_pkey_callback);
-        ops.alloc_ucontext = Some(Self::alloc_ucontext_callback);
-        ops.dealloc_ucontext = Some(Self::dealloc_ucontext_callback);
-        ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
-        ops.mmap = Some(Self::mmap_callback);
-        ops.mmap_free = Some(super::ring::mmap_free);
-        ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_callback);
-        ops.get_hw_stats = Some(Self::get_hw_stats_callback);
         super::ops::fill_ops::<T>(&mut ops);
         ops
     }

@@ -40,6 +40,9 @@ pub(crate) struct QpHandle(pub(super) *mut b::ib_qp);
 // in `ib_wc.qp`.
 unsafe impl Send for QpHandle {}
 
+// Written out: raw pointers implement `Default` only from Rust 1.88 (the kernel's minimum is
+// 1.78), so the derive clippy suggests would not build there.
+#[allow(clippy::derivable_impls)]
 impl Default for QpHandle {
     fn default() -> Self {
         QpHandle(ptr::null_mut())

@@ -112,7 +112,9 @@ fn t(k: usize, b: u32) -> u32 {
 /// post-inversion: the kernel's `crc32_le(crc, data, len)`. The standard CRC-32 of `data` is
 /// `!crc32_le(!0, data)`.
 pub fn crc32_le(mut crc: u32, data: &[u8]) -> u32 {
-    let (blocks, tail) = data.as_chunks::<8>();
+    // `chunks_exact`, not `as_chunks` (Rust 1.88; the kernel's minimum is 1.78).
+    let blocks = data.chunks_exact(8);
+    let tail = blocks.remainder();
     for b in blocks {
         let lo = crc ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         crc = t(7, lo)

@@ -761,7 +761,7 @@ impl<'a> Packet<'a> {
         if !info.payload && (payload_len != 0 || pad != 0) {
             return Err(WireError::BadPad);
         }
-        if !(payload_len + pad).is_multiple_of(4) {
+        if (payload_len + pad) % 4 != 0 {
             return Err(WireError::BadPad);
         }
         Ok(Packet {
@@ -929,11 +929,11 @@ impl Segmentation {
     /// Segments a message of `len` bytes at `mtu` bytes of payload per packet; `None` when
     /// `mtu` is 0 or not a multiple of 4 (every packet but the last must need no pad).
     pub const fn new(len: u32, mtu: u32) -> Option<Segmentation> {
-        if mtu == 0 || !mtu.is_multiple_of(4) {
+        if mtu == 0 || mtu % 4 != 0 {
             return None;
         }
         let full = len / mtu;
-        let count = if !len.is_multiple_of(mtu) || len == 0 {
+        let count = if len % mtu != 0 || len == 0 {
             full + 1
         } else {
             full
@@ -945,7 +945,7 @@ impl Segmentation {
     pub const fn with_mtu(len: u32, mtu: super::port::IbMtu) -> Segmentation {
         let m = mtu.bytes();
         let full = len / m;
-        let count = if !len.is_multiple_of(m) || len == 0 {
+        let count = if len % m != 0 || len == 0 {
             full + 1
         } else {
             full

@@ -309,7 +309,8 @@ fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: boo
 
 /// A READ whose responses fit in less than half the PSN space at the path MTU.
 fn read_fits(e: &SqEntry, cfg: &Config) -> bool {
-    Segmentation::new(e.len, cfg.mtu).is_none_or(|s| s.count() < PSN_HALF)
+    // Not `Option::is_none_or` (Rust 1.82; the kernel's minimum is 1.78).
+    !matches!(Segmentation::new(e.len, cfg.mtu), Some(s) if s.count() >= PSN_HALF)
 }
 
 /// Why the requester cannot start the WR at `next` now.
@@ -588,7 +589,7 @@ where
         let ack_req = cfg.qp_type == QpType::Rc
             && ((end && wanted)
                 || e.kind.is_rd_atomic()
-                || psn.get().is_multiple_of(ACK_REQ_EVERY)
+                || psn.get() % ACK_REQ_EVERY == 0
                 || fills
                 || self.req.poll);
         // A READ asks for every PSN of its responses (an atomic for its one): while they are
