@@ -15,6 +15,7 @@ pub mod guid;
 pub mod icrc;
 pub mod idalloc;
 pub mod iphdr;
+pub mod kv;
 pub mod limits;
 pub mod link;
 pub mod mcast;

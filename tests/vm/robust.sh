@@ -134,9 +134,20 @@ if part failnth; then
 fi
 
 # --- 2. packet fuzzer
+# udp_counter NAME: a module-wide RoCEv2 socket counter (/sys/class/infiniband/*/udp_counters).
+udp_counter() { awk -v k="$1" '$1 == k { print $2; exit }' /sys/class/infiniband/rrxe0/udp_counters; }
+udp_drops() { awk '$1 ~ /^rx_drop_/ { s += $2 } END { print s + 0 }' /sys/class/infiniband/rrxe0/udp_counters; }
 if part packets; then
+  udp_rx0=$(udp_counter rx_packets); udp_drop0=$(udp_drops)
   sub "fuzz_packets" $(( 240 + packets / 200 )) "$bin/rrxe-fuzz-packets" --dev rrxe0 --dev2 rrxe1 \
     --netns peer --packets "$packets" --seed "$seed"
+  # The malformed datagrams that no device could take (too short, bad ICRC, ...) are counted
+  # by the socket layer, and the file reads as `name value` lines.
+  check "fuzz_packets.udp_counters_count_socket_drops" bash -c "
+    [ \$(awk 'NF != 2 || \$2 !~ /^[0-9]+\$/' /sys/class/infiniband/rrxe0/udp_counters | wc -l) = 0 ] &&
+    [ \$(grep -c . /sys/class/infiniband/rrxe0/udp_counters) = 12 ] &&
+    [ $(udp_counter rx_packets) -gt $udp_rx0 ] && [ $(udp_drops) -gt $udp_drop0 ]"
+  sed 's/^/    udp_counters: /' /sys/class/infiniband/rrxe0/udp_counters | grep -v ' 0$'
   check_res "fuzz_packets.rdma_res_back_to_baseline" "$base"
   elapsed packets
 fi

@@ -159,6 +159,26 @@ pub(crate) fn counters() -> UdpCounters {
     }
 }
 
+impl UdpCounters {
+    /// The counters as `(name, value)` pairs, in the order `udp_counters` shows them.
+    pub(crate) fn lines(&self) -> [(&'static str, u64); 12] {
+        [
+            ("rx_packets", self.rx_packets),
+            ("rx_drop_closing", self.rx_drop_closing),
+            ("rx_drop_linearize", self.rx_drop_linearize),
+            ("rx_drop_short", self.rx_drop_short),
+            ("rx_drop_long", self.rx_drop_long),
+            ("rx_drop_bad_ip", self.rx_drop_bad_ip),
+            ("rx_drop_icrc", self.rx_drop_icrc),
+            ("tx_packets", self.tx_packets),
+            ("tx_err_route", self.tx_err_route),
+            ("tx_err_nomem", self.tx_err_nomem),
+            ("tx_congested", self.tx_congested),
+            ("tx_err_other", self.tx_err_other),
+        ]
+    }
+}
+
 /// A binding's errno constant as an [`Error`].
 fn errno(e: u32) -> Error {
     super::errno(e as i32)
