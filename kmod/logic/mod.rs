@@ -24,6 +24,7 @@ pub mod mw;
 pub mod opcode;
 pub mod port;
 pub mod roce;
+pub mod segment;
 pub mod stats;
 pub mod transport;
 

@@ -10,7 +10,8 @@ use crate::logic::{
     opcode::{Position, Transport},
     psn::{Psn, PSN_HALF},
     qp_state::{QpState, QpType},
-    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+    segment::Segmentation,
+    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, BTH_DEF_PKEY},
 };
 use core::ops::DerefMut;
 
