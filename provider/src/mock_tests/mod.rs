@@ -22,9 +22,10 @@ unsafe extern "C" {
     /// libibverbs' own `ibv_qp_to_qp_ex` (reads `verbs_qp::comp_mask` at its v44 offset).
     fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
 }
+use crate::context::RRXE_CTX_OPS;
 use crate::context::{free_context, RrxeContext};
 use crate::device::RrxeDevice;
-use crate::provider::{RRXE_CTX_OPS, RRXE_DEVICE_OPS};
+use crate::provider::RRXE_DEVICE_OPS;
 use crate::{ah, cq, pd, qp};
 
 /// A context on a fake device, closed (and the device freed) on drop.
