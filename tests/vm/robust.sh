@@ -44,10 +44,6 @@ elapsed() { echo "robust: $1 done at +$(( $(date +%s) - t0 )) s"; }
 echo "robust: seed $seed packets $packets verbs-ops $vops scale ${qps} QPs ${mrs} MRs"
 
 # --- devices: rrxe0 on veth0 (10.99.0.1), rrxe1 on veth1 (10.99.0.2) in namespace "peer"
-gid_ok() { local t; for t in /sys/class/infiniband/"$1"/ports/1/gid_attrs/types/*; do
-  [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && grep -q '^0000:0000:0000:0000:0000:ffff:' \
-    "/sys/class/infiniband/$1/ports/1/gids/${t##*/}" && return 0; done; return 1; }
-export -f gid_ok
 net_up() {
   modprobe crc32_generic 2>/dev/null
   modprobe rrxe || return 1
@@ -64,7 +60,7 @@ net_up() {
   ip -n peer link set veth1 up; ip -n peer link set lo up
   [ -e /sys/class/infiniband/rrxe0 ] || rdma link add rrxe0 type rrxe netdev veth0 || return 1
   [ -e /sys/class/infiniband/rrxe1 ] || ip netns exec peer rdma link add rrxe1 type rrxe netdev veth1 || return 1
-  wait_for 30 bash -c '[ "$(port_state rrxe0)" = PORT_ACTIVE ] && [ "$(port_state rrxe1)" = PORT_ACTIVE ] && gid_ok rrxe0 && gid_ok rrxe1'
+  wait_for 30 bash -c '[ "$(port_state rrxe0)" = PORT_ACTIVE ] && [ "$(port_state rrxe1)" = PORT_ACTIVE ] && gid_index rrxe0 && gid_index rrxe1'
 }
 check "setup.devices" net_up
 rdma link show
