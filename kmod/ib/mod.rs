@@ -10,6 +10,7 @@
 pub(crate) mod bh;
 pub(crate) mod bindings;
 pub(crate) mod device;
+pub(crate) mod driver;
 pub(crate) mod inflight;
 pub(crate) mod kmem;
 pub(crate) mod kverbs;

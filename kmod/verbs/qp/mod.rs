@@ -15,10 +15,10 @@ pub(super) use modify::modify;
 pub(super) use send::BUDGET;
 pub(crate) use state::{Eng, QpInner, QpParts};
 
-use super::{av::Path, device::Rrxe, errno, pd::RrxePd};
+use super::{ah::RrxeAh, av::Path, device::Rrxe, errno, pd::RrxePd};
 use crate::ib::{
     device::{Device, QpLinks},
-    kverbs::KSendWr,
+    objects::KSendWr,
     objects::{AddressVector, QpInit, QpSnapshot},
     restrack::ResTable,
     ring::SharedRing,
@@ -435,7 +435,7 @@ pub(super) fn destroy(dev: &Device<Rrxe>, qp: RrxeQp) {
 
 /// A kernel consumer's send WR: checked against the QP's caps, then queued (the doorbell
 /// follows the list).
-pub(super) fn post_send_kernel(qp: &RrxeQp, wr: &KSendWr<'_, Rrxe>) -> Result {
+pub(super) fn post_send_kernel(qp: &RrxeQp, wr: &KSendWr<'_, RrxeAh>) -> Result {
     let mut w = wr.wqe;
     if w.num_sge > qp.cap.max_send_sge || w.inline_len > qp.cap.max_inline_data {
         return Err(EINVAL);
