@@ -51,3 +51,66 @@ pub const fn check_mr_range(
     }
     Ok(())
 }
+
+/// How an access reaches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Gathering a local SGE (lkey).
+    LocalRead,
+    /// Scattering into a local SGE (lkey; the MR needs LOCAL_WRITE).
+    LocalWrite,
+    /// RDMA READ target (rkey, REMOTE_READ).
+    RemoteRead,
+    /// RDMA WRITE target (rkey, REMOTE_WRITE).
+    RemoteWrite,
+    /// Atomic target (rkey, REMOTE_ATOMIC).
+    RemoteAtomic,
+}
+
+impl Access {
+    /// The MR rights (`IB_ACCESS_*`) this access needs.
+    pub const fn rights(self) -> u32 {
+        match self {
+            Access::LocalRead => 0,
+            Access::LocalWrite => access::LOCAL_WRITE,
+            Access::RemoteRead => access::REMOTE_READ,
+            Access::RemoteWrite => access::REMOTE_WRITE,
+            Access::RemoteAtomic => access::REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// Why a memory access was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// No MR with that key (or a stale key).
+    BadKey,
+    /// The MR belongs to another PD.
+    BadPd,
+    /// Outside the MR.
+    Bounds,
+    /// The MR lacks the right.
+    Access,
+}
+
+/// An atomic operation on 8 bytes of registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare and swap.
+    CmpSwap { compare: u64, swap: u64 },
+    /// Fetch and add.
+    FetchAdd { add: u64 },
+    /// ATOMIC WRITE (IBTA 1.5): the 8 bytes are stored as one, after every earlier placement
+    /// (a release store); the target needs REMOTE_WRITE, not REMOTE_ATOMIC.
+    Write { value: u64 },
+}
+
+impl AtomicOp {
+    /// The access an atomic of this kind is checked for.
+    pub const fn access(self) -> Access {
+        match self {
+            AtomicOp::Write { .. } => Access::RemoteWrite,
+            _ => Access::RemoteAtomic,
+        }
+    }
+}

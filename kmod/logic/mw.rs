@@ -21,8 +21,8 @@
 //!   window is bound to, as an access through it must; a local one must come from a QP of the
 //!   window's PD (rxe checks neither).
 
+use super::mr::MemError;
 use super::qp_attr::access;
-use super::transport::MemError;
 use crate::uapi::{bind_flags, SendWqe};
 
 /// `EINVAL`.
@@ -223,6 +223,7 @@ impl BindWr {
 
     /// The WQE of this bind (the inverse of [`BindWr::decode`], with the window's rkey in
     /// `imm_data`).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn encode(&self, wr_id: u64, send_flags: u32, mw_rkey: u32) -> SendWqe {
         SendWqe {
             wr_id,

@@ -98,12 +98,19 @@ pub enum Stat {
     /// Retransmit timer expiries at the RTT-based timeout, before the QP's IBTA `timeout`
     /// ran out (no retry spent; see `Engine::retry_timer_expired`).
     RtoExpiries,
+    /// READ responses that arrived past a gap (reordered, or after a loss) and were placed
+    /// at once instead of being asked for again.
+    ReadResponsesAhead,
+    /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
+    /// recovered to the line rate).
+    RateLimitedQps,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RtoExpiries as usize + 1;
+pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
 
 /// Every counter, in index order.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const ALL: [Stat; COUNT] = [
     Stat::SentPkts,
     Stat::SentBytes,
@@ -145,6 +152,8 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RateCuts,
     Stat::RatePaced,
     Stat::RtoExpiries,
+    Stat::ReadResponsesAhead,
+    Stat::RateLimitedQps,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -190,6 +199,8 @@ pub const NAMES: [&str; COUNT] = [
     "rate_cuts\0",
     "rate_paced\0",
     "rto_expiries\0",
+    "read_responses_ahead\0",
+    "rate_limited_qps\0",
 ];
 
 impl Stat {
@@ -199,6 +210,7 @@ impl Stat {
     }
 
     /// The name without its NUL.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn name(self) -> &'static str {
         let n = NAMES[self.index()];
         &n[..n.len() - 1]
@@ -222,6 +234,7 @@ impl Counters {
     }
 
     /// The value of `s`.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn get(&self, s: Stat) -> u64 {
         self.0[s.index()]
     }

@@ -10,12 +10,10 @@ use super::{
 };
 use crate::ib::{
     bindings as b,
-    device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable},
+    device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable, QpLinks},
     kmem::{KernelVirt, MappedPage},
-    kverbs::{KSendWr, Wc},
-    objects::{
-        AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpLinks, QpSnapshot, SrqAttr, SrqRef,
-    },
+    objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpSnapshot, SrqAttr, SrqRef},
+    objects::{KSendWr, Wc},
     restrack::ResTable,
     udata::Udata,
 };
@@ -203,7 +201,7 @@ impl IbDriver for Rrxe {
         mr::map_page(dev, m, page)
     }
 
-    fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result {
+    fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self::Ah>) -> Result {
         qp::post_send_kernel(q, wr)
     }
 

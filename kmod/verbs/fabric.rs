@@ -8,6 +8,7 @@ use crate::ib::{
     netdev::NetDev,
     udp::{LazyUdp, TxPath, XmitError},
 };
+use crate::logic::stats::Stat;
 use crate::logic::{
     dcqcn,
     mw::{self, MrRef},
@@ -51,9 +52,14 @@ pub(crate) struct Fabric {
     pub(crate) stats: Arc<DevStats>,
     /// SQ/RQ/SRQ rings found with an index out of range (a process broke its own queue).
     pub(crate) bad_rings: AtomicU64,
-    /// DCQCN's parameters (`logic::dcqcn`), read by the data path under this lock.
+    /// DCQCN's parameters (`logic::dcqcn`), written by the `dcqcn` sysfs file under this
+    /// lock. The data path does not take it per packet: a QP keeps a copy ([`DcqcnCopy`]) and
+    /// takes it again only when [`Fabric::dcqcn_gen`] moved on.
     #[pin]
     pub(crate) dcqcn: SpinLock<dcqcn::Params>,
+    /// Bumped (under the `dcqcn` lock) by every write of the settings: a QP whose copy has an
+    /// older generation refreshes it.
+    pub(crate) dcqcn_gen: AtomicU64,
     /// Packets leave ECN-capable (ECT(0)); CE-marked arrivals make CNPs.
     pub(crate) ecn: AtomicBool,
     /// QPs react to CNPs: rate cuts, and RC requests paced to the rate.
@@ -96,6 +102,7 @@ impl Fabric {
             stats,
             bad_rings: AtomicU64::new(0),
             dcqcn <- new_spinlock!(dcqcn::Params::default(), "rrxe:dcqcn"),
+            dcqcn_gen: AtomicU64::new(1),
             ecn: AtomicBool::new(true),
             cc: AtomicBool::new(true),
             pool <- new_spinlock!(bufs, "rrxe:lbpool"),
@@ -142,8 +149,40 @@ impl Fabric {
             *p = s.params;
             self.ecn.store(s.ecn, Ordering::Relaxed);
             self.cc.store(s.cc, Ordering::Relaxed);
+            // Release: a QP that sees the new generation sees the switches stored above (and
+            // takes the lock, so the parameters too).
+            self.dcqcn_gen.fetch_add(1, Ordering::Release);
             Ok(())
         })
+    }
+
+    /// Brings a QP's copy of the DCQCN settings up to date: one atomic load when it is, the
+    /// `dcqcn` lock once per settings write when not. Called under the QP lock (the `dcqcn`
+    /// lock nests inside it, never the other way).
+    pub(crate) fn dcqcn_refresh(&self, c: &mut DcqcnCopy) {
+        let gen = self.dcqcn_gen.load(Ordering::Acquire);
+        if gen != c.gen {
+            self.dcqcn_reload(c, gen);
+        }
+    }
+
+    /// Takes a fresh copy of the settings at generation `gen` (read before the lock: a write
+    /// that races with this bumps it again, so the next refresh catches it).
+    #[cold]
+    pub(crate) fn dcqcn_reload(&self, c: &mut DcqcnCopy, gen: u64) {
+        c.settings.params = with_bh_disabled(|| *self.dcqcn.lock());
+        c.settings.ecn = self.ecn.load(Ordering::Relaxed);
+        c.settings.cc = self.cc.load(Ordering::Relaxed);
+        c.gen = gen;
+    }
+
+    /// A QP's DCQCN rate limit started (`true`) or ended: the `rate_limited_qps` gauge.
+    pub(crate) fn rate_limited(&self, on: bool) {
+        if on {
+            self.stats.add(Stat::RateLimitedQps, 1);
+        } else {
+            self.stats.sub(Stat::RateLimitedQps, 1);
+        }
     }
 
     /// A window stopped using MR `mr` (unbound, invalidated or deallocated): one window fewer
@@ -189,5 +228,25 @@ impl Fabric {
             flow_label: path.av.flow_label,
         };
         self.udp.xmit(&tx, pkt, Some(gauge))
+    }
+}
+
+/// A QP's copy of its device's DCQCN settings (under the QP lock), so that its packets take
+/// no device-wide lock: [`Fabric::dcqcn_refresh`] renews it when the settings change.
+#[derive(Clone, Copy)]
+pub(crate) struct DcqcnCopy {
+    /// The device's [`Fabric::dcqcn_gen`] when copied; 0 (never a generation) before the
+    /// first copy.
+    pub(crate) gen: u64,
+    pub(crate) settings: dcqcn::Settings,
+}
+
+impl DcqcnCopy {
+    /// Stale: the first refresh copies.
+    pub(crate) fn new() -> Self {
+        DcqcnCopy {
+            gen: 0,
+            settings: dcqcn::Settings::default(),
+        }
     }
 }

@@ -27,6 +27,11 @@ impl DevStats {
         self.0[s.index()].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Takes `n` from gauge `s` (any context; never below what was added).
+    pub(crate) fn sub(&self, s: Stat, n: u64) {
+        self.0[s.index()].fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Every counter's current value, in [`Stat`] index order.
     pub(crate) fn snapshot(&self) -> [u64; COUNT] {
         let mut v = [0u64; COUNT];

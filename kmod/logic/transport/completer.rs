@@ -2,12 +2,15 @@
 //! The completer: takes ACKs, NAKs and responses, places READ and atomic results, completes
 //! send WRs strictly in SQ order, and tells the requester when to go back N.
 
-use super::{cqe, wc_status, wqe, Engine, Env, Resource, SqEntry, Stat, WrKind, RC_WINDOW};
+use super::{
+    ahead::ReadAhead, cqe, wc_status, wqe, Engine, Env, Resource, SqEntry, Stat, WrKind, RC_WINDOW,
+};
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
     qp_state::QpState,
-    wire::{self, NakCode, Packet, Segmentation, Syndrome},
+    segment::Segmentation,
+    wire::{self, NakCode, Packet, Syndrome},
 };
 use core::ops::DerefMut;
 
@@ -358,17 +361,66 @@ where
             self.req.replay_heard = true;
             return;
         }
+        let owner = (idx, e.first_psn.get());
+        let k = psn.distance_from(e.first_psn);
         if psn != expected {
-            // A response was lost: re-read from the first missing byte.
             self.req.heard = true;
-            self.req.replay_heard = true;
-            self.retry_from(env, idx);
+            let ahead = psn.distance_from(expected) - 1;
+            if !ReadAhead::fits(ahead) {
+                // Too far past the gap to remember: re-read from the first missing byte.
+                self.req.replay_heard = true;
+                self.retry_from(env, idx);
+                return;
+            }
+            if self.req.ahead.has(owner, ahead) {
+                self.stat(env, Stat::DuplicateResponses, 1);
+                self.req.replay_heard = true;
+                return;
+            }
+            // Ahead of a gap (reordered, or after a loss): placed now, remembered, and not
+            // asked for again. Only the READ's last response past the gap makes the gap a
+            // loss: then the READ is re-read from its first missing segment (the rest of a
+            // lost tail is the retransmit timer's).
+            if !self.place_read_response(env, pkt, psn, idx, &e, k) {
+                return;
+            }
+            self.req.ahead.set(owner, ahead);
+            self.stat(env, Stat::ReadResponsesAhead, 1);
+            if k + 1 == e.npkts {
+                self.retry_from(env, idx);
+            }
             return;
         }
-        let k = e.read_done;
+        if !self.place_read_response(env, pkt, psn, idx, &e, k) {
+            return;
+        }
+        // The responses already placed right after it need no re-read.
+        let done = k + 1 + self.req.ahead.advance(owner);
+        self.sq.entry_mut(idx).read_done = done;
+        self.set_acked(e.first_psn.wrapping_add(done));
+        if done >= e.npkts {
+            self.complete_answered(env);
+            self.complete_local_front(env);
+        }
+        self.catch_up();
+        self.progress(env);
+    }
+
+    /// Places READ response `psn`, segment `k` of the READ at SQ index `idx`, into the WR's
+    /// scatter list. A response of the wrong size or position, or memory that refuses it,
+    /// fails the WR; returns whether the response was placed.
+    fn place_read_response<E: Env>(
+        &mut self,
+        env: &mut E,
+        pkt: &Packet<'_>,
+        psn: Psn,
+        idx: u32,
+        e: &SqEntry,
+        k: u32,
+    ) -> bool {
         let Some(s) = Segmentation::new(e.len, self.cfg.mtu).and_then(|g| g.segment(k)) else {
             self.stat(env, Stat::RxBadResponses, 1);
-            return;
+            return false;
         };
         let payload = pkt.payload();
         // A re-read starts again with FIRST (or ONLY): the position is relative to the request
@@ -382,7 +434,7 @@ where
         );
         if !pos_ok || payload.len() != s.len as usize {
             self.fail_at(env, Some(psn), wc_status::BAD_RESP_ERR);
-            return;
+            return false;
         }
         let slot = self.sq.slot(idx);
         let placed = match wqe::decode_send_wqe(slot).and_then(|w| wqe::source(slot, &w)) {
@@ -391,16 +443,9 @@ where
         };
         if let Err(status) = placed {
             self.fail_at(env, Some(psn), status);
-            return;
+            return false;
         }
-        self.sq.entry_mut(idx).read_done = k + 1;
-        self.set_acked(psn.next());
-        if s.position.is_end() {
-            self.complete_answered(env);
-            self.complete_local_front(env);
-        }
-        self.catch_up();
-        self.progress(env);
+        true
     }
 
     /// The answer to an ATOMIC WRITE or a FLUSH at the front: a READ RESPONSE ONLY without

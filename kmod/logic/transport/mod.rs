@@ -21,7 +21,9 @@
 //! implied NAK costs one of `retry_cnt` retries (reset by progress), and exhausting them
 //! completes the oldest WR with RETRY_EXC_ERR and moves the QP to ERR.
 
+mod ahead;
 mod completer;
+mod env;
 mod requester;
 mod responder;
 mod wqe;
@@ -35,8 +37,13 @@ pub use self::responder::Resource;
 pub use self::responder::READ_REPLAY_REFILL_MS;
 pub use self::wqe::{decode_send_wqe, RecvWr};
 // The kernel-consumer encoders: used by the verbs shell (rrxe.ko), not by rrxe_selftest.ko.
+pub use self::env::{CqSel, Dest, Emit, Env, Event, RecvTake};
 #[allow(unused_imports)]
 pub use self::wqe::{encode_recv_wqe, encode_send_wqe, encode_sge};
+pub use crate::logic::mr::{Access, AtomicOp};
+// Named by the verbs shell's `Env` (rrxe.ko), not by rrxe_selftest.ko.
+#[allow(unused_imports)]
+pub use crate::logic::mr::MemError;
 pub use crate::logic::stats::{Counters, Stat};
 use crate::logic::{
     limits,
@@ -52,6 +59,7 @@ use core::ops::DerefMut;
 
 /// `IB_ACCESS_*` bits of an MR or a QP.
 pub mod access {
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const LOCAL_WRITE: u32 = 1 << 0;
     pub const REMOTE_WRITE: u32 = 1 << 1;
     pub const REMOTE_READ: u32 = 1 << 2;
@@ -71,6 +79,7 @@ pub mod flush {
     /// Placement type: persistence.
     pub const PERSISTENT: u32 = 1 << 1;
     /// Selectivity: the byte range the RETH names.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const RANGE: u32 = 0;
     /// Selectivity: the whole memory region the R_Key names.
     pub const MR: u32 = 1;
@@ -112,222 +121,6 @@ pub const ACK_POLL_US: u64 = 8_000;
 /// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
 pub const MAX_PKT: usize = 4096 + 64;
 
-/// How an access reaches memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Gathering a local SGE (lkey).
-    LocalRead,
-    /// Scattering into a local SGE (lkey; the MR needs LOCAL_WRITE).
-    LocalWrite,
-    /// RDMA READ target (rkey, REMOTE_READ).
-    RemoteRead,
-    /// RDMA WRITE target (rkey, REMOTE_WRITE).
-    RemoteWrite,
-    /// Atomic target (rkey, REMOTE_ATOMIC).
-    RemoteAtomic,
-}
-
-impl Access {
-    /// The MR rights (`IB_ACCESS_*`) this access needs.
-    pub const fn rights(self) -> u32 {
-        match self {
-            Access::LocalRead => 0,
-            Access::LocalWrite => access::LOCAL_WRITE,
-            Access::RemoteRead => access::REMOTE_READ,
-            Access::RemoteWrite => access::REMOTE_WRITE,
-            Access::RemoteAtomic => access::REMOTE_ATOMIC,
-        }
-    }
-}
-
-/// Why a memory access was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemError {
-    /// No MR with that key (or a stale key).
-    BadKey,
-    /// The MR belongs to another PD.
-    BadPd,
-    /// Outside the MR.
-    Bounds,
-    /// The MR lacks the right.
-    Access,
-}
-
-/// An atomic operation on 8 bytes of registered memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtomicOp {
-    /// Compare and swap.
-    CmpSwap { compare: u64, swap: u64 },
-    /// Fetch and add.
-    FetchAdd { add: u64 },
-    /// ATOMIC WRITE (IBTA 1.5): the 8 bytes are stored as one, after every earlier placement
-    /// (a release store); the target needs REMOTE_WRITE, not REMOTE_ATOMIC.
-    Write { value: u64 },
-}
-
-impl AtomicOp {
-    /// The access an atomic of this kind is checked for.
-    pub const fn access(self) -> Access {
-        match self {
-            AtomicOp::Write { .. } => Access::RemoteWrite,
-            _ => Access::RemoteAtomic,
-        }
-    }
-}
-
-/// Where an emitted packet goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dest {
-    /// The connected peer of the QP (its path).
-    Connected,
-    /// A UD destination: the address handle number and destination QP of the WQE.
-    Ah { ah: u32, qpn: u32 },
-}
-
-/// Which completion queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CqSel {
-    /// The send CQ.
-    Send,
-    /// The receive CQ.
-    Recv,
-}
-
-/// Affiliated asynchronous events the engine raises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// A local error moved the QP to ERR.
-    QpFatal,
-    /// First packet received in RTR.
-    CommEst,
-    /// The SQ drained after a move to SQD.
-    SqDrained,
-    /// An SRQ-attached QP in ERR will consume no more receive WQEs.
-    LastWqeReached,
-    /// The responder could not execute a request (NAK Invalid Request: a malformed or
-    /// unsupported request, a length error) and moved the QP to ERR (`IB_EVENT_QP_REQ_ERR`).
-    QpReqErr,
-    /// The responder met an access violation (NAK Remote Access Error: rkey, bounds or rights)
-    /// and moved the QP to ERR (`IB_EVENT_QP_ACCESS_ERR`).
-    QpAccessErr,
-}
-
-/// What a receive queue (RQ or SRQ) answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecvTake {
-    /// A WQE was taken and copied into the engine.
-    Taken,
-    /// The queue is empty.
-    Empty,
-    /// The next WQE is malformed (it was consumed).
-    Bad,
-}
-
-/// What the engine needs from the world.
-pub trait Env {
-    /// Checks that `len` bytes at `addr` are reachable through `key` for `acc` (PD, bounds,
-    /// rights), without moving data. A zero length always passes.
-    fn mem_check(&mut self, key: u32, addr: u64, len: u64, acc: Access) -> Result<(), MemError>;
-    /// Reads registered memory.
-    fn mem_read(
-        &mut self,
-        key: u32,
-        addr: u64,
-        out: &mut [u8],
-        acc: Access,
-    ) -> Result<(), MemError>;
-    /// Writes registered memory.
-    fn mem_write(&mut self, key: u32, addr: u64, data: &[u8], acc: Access) -> Result<(), MemError>;
-    /// Performs an atomic on registered memory (checked for [`AtomicOp::access`]); returns the
-    /// original value.
-    fn mem_atomic(&mut self, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
-    /// RDMA FLUSH: checks that `key` names a valid MR of the QP's PD with the rights `need`
-    /// (`IB_ACCESS_FLUSH_*`), and that `len` bytes at `addr` lie inside it unless `whole_mr`
-    /// (memory-region selectivity), then makes every placement done so far globally visible
-    /// (and persistent, for an MR registered for persistence).
-    fn mem_flush(
-        &mut self,
-        key: u32,
-        addr: u64,
-        len: u64,
-        whole_mr: bool,
-        need: u32,
-    ) -> Result<(), MemError>;
-    /// Sends a packet (BTH .. ICRC; the ICRC is computed by the caller of the wire).
-    /// [`Emit::Congested`] says the path pushes back, or the packet may be lost: the engine
-    /// stops sending in this call (the packet counts as sent, and the retransmit timer or the
-    /// shell's continuation resumes). [`Emit::Dropped`] says this end dropped it before it
-    /// left: the engine stops too, and sends that very packet again at its next chance (the
-    /// shell's continuation), without waiting for a retransmit timeout (see
-    /// [`Emit::Dropped`]).
-    fn emit(&mut self, pkt: &[u8], dest: Dest) -> Emit;
-    /// Posts a completion; `false` when the CQ overflowed (the completion is lost).
-    /// `solicited`: the completion answers a request for solicited-only notification
-    /// (`ibv_req_notify_cq(cq, 1)`): a receive of a message whose last packet carried the
-    /// Solicited Event bit, or any unsuccessful completion (IBTA 11.4.2.2).
-    fn complete(&mut self, cq: CqSel, cqe: &Cqe, solicited: bool) -> bool;
-    /// Raises an affiliated event.
-    fn event(&mut self, ev: Event);
-    /// Takes the next receive WQE (RQ or SRQ) into `out`.
-    fn recv_take(&mut self, out: &mut RecvWr) -> RecvTake;
-    /// Arms the RNR timer; [`Engine::rnr_timer_expired`] is to be called when it fires.
-    fn arm_rnr_timer(&mut self, usecs: u32);
-    /// Arms (restarts) the retransmit timer to fire in `usecs` microseconds, or stops it
-    /// (`None`); [`Engine::retry_timer_expired`] is to be called when it fires.
-    fn set_retry_timer(&mut self, usecs: Option<u64>);
-    /// Arms (restarts) the responder's re-acknowledgement timer to fire in `usecs`
-    /// microseconds, or stops it (`None`); [`Engine::reack_timer_expired`] is to be called when
-    /// it fires. A stale expiry (after a stop) is harmless: the engine checks its own state.
-    fn set_reack_timer(&mut self, usecs: Option<u32>);
-    /// Adds `n` to a device-wide counter (the engine keeps its own per-QP copy).
-    fn stat(&mut self, s: Stat, n: u64);
-    /// Packets this QP sent may still be on their way to the peer inside this host: another
-    /// CPU holds some in a local (loopback) delivery. An ACK poll then waits
-    /// ([`Engine::retry_timer_expired`]). A shell that cannot tell says `false`.
-    fn in_transit(&mut self) -> bool {
-        false
-    }
-    /// A clock in milliseconds (any origin; it may wrap), for what the engine bounds over time
-    /// (replays of a READ, [`responder::READ_REPLAY_REFILL_MS`]). A shell without one answers
-    /// 0: those bounds then hold per count only.
-    fn now_ms(&mut self) -> u64 {
-        0
-    }
-    /// A clock in microseconds (any origin, any granularity up to a few milliseconds), for the
-    /// RC requester's round-trip estimate (see [`Engine::retry_timer_expired`]). `None` (the
-    /// default): no estimate, and the retransmit timer waits the QP's `timeout` as the IBTA
-    /// says, and nothing sooner.
-    fn clock_us(&mut self) -> Option<u64> {
-        None
-    }
-    /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
-    /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
-    /// that sees the completion also sees the slot free again: a WR holds its SQ slot until it
-    /// completes, and `max_send_wr` bounds the WRs outstanding, as the IBTA counts them.
-    fn sq_retired(&mut self, outstanding: u32) {
-        let _ = outstanding;
-    }
-    /// Fast registration (a kernel consumer's REG_MR, executed in SQ order): the
-    /// fast-registration MR whose index `key` names becomes valid under `key` for `len` bytes
-    /// at `iova` with `access`, over the pages mapped into it. `Err`: the completion status.
-    fn mr_register(&mut self, key: u32, iova: u64, len: u64, access: u32) -> Result<(), u32> {
-        let _ = (key, iova, len, access);
-        Err(wc_status::LOC_PROT_ERR)
-    }
-    /// Invalidates the fast-registered MR `key` (LOCAL_INV in SQ order, or a received SEND
-    /// with invalidate when `remote`). `Err`: the completion status.
-    fn mr_invalidate(&mut self, key: u32, remote: bool) -> Result<(), u32> {
-        let _ = (key, remote);
-        Err(wc_status::LOC_PROT_ERR)
-    }
-    /// Binds a memory window (a user's BIND_MW, executed in SQ order; the rules are
-    /// [`crate::logic::mw`]'s). `Err`: the completion status.
-    fn mw_bind(&mut self, wr: &crate::logic::mw::BindWr) -> Result<(), u32> {
-        let _ = wr;
-        Err(wc_status::MW_BIND_ERR)
-    }
-}
-
 /// A QP's transport state for diagnostics (`rdma resource show qp -dd`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Details {
@@ -356,22 +149,8 @@ pub struct Details {
     pub ssthresh: u32,
     /// The round-trip estimate (microseconds; 0: no sample yet, or no clock).
     pub srtt_us: u64,
-}
-
-/// What the wire answered to [`Env::emit`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Emit {
-    /// Handed to the wire (or queued for local delivery).
-    Sent,
-    /// Pushed back (a full local queue: the packet is queued), or failed in a way that
-    /// counts as loss on the wire (the retransmit timer recovers it).
-    Congested,
-    /// Dropped here, before it left (NET_XMIT_DROP/CN from the stack, no memory for the skb,
-    /// an empty loopback pool): transient, and no loss on the wire. The engine rewinds to it
-    /// and sends it again when the shell next runs it, as it would any unsent packet: waiting
-    /// for a retransmit timeout instead cost a timeout per drop, and with `timeout` 0 (no
-    /// timer) the WR never completed. A READ response or ACK dropped so is owed again.
-    Dropped,
+    /// READ responses placed ahead of a gap in the front READ, not yet in order.
+    pub reads_ahead: u32,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -410,6 +189,7 @@ pub struct Config {
     /// `cap.max_inline_data`.
     pub max_inline: u32,
     /// `cap.max_recv_sge` (RQ; the SRQ's own for SRQ QPs).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub max_recv_sge: u32,
     /// The QP receives through an SRQ.
     pub has_srq: bool,
@@ -605,25 +385,19 @@ fn transport_of(t: QpType) -> Transport {
     }
 }
 
-/// Writes headers, then lets `fill` put the payload, then zeroes pad and ICRC. Returns the
-/// packet length.
+/// Writes headers, then lets `fill` put the payload, then zeroes pad and ICRC
+/// ([`wire::write_packet_with`]). Returns the packet length, or a work-completion status.
 fn assemble(
     out: &mut [u8],
     h: &Headers,
     len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
 ) -> Result<usize, u32> {
-    let info = h.check().map_err(|_| wc_status::GENERAL_ERR)?;
-    let total = wire::packet_len(info, len).ok_or(wc_status::LOC_LEN_ERR)?;
-    if out.len() < total {
-        return Err(wc_status::LOC_LEN_ERR);
-    }
-    let mut h = *h;
-    h.bth.pad = wire::pad_for(len);
-    let hl = h.write(out).map_err(|_| wc_status::GENERAL_ERR)?;
-    fill(&mut out[hl..hl + len])?;
-    out[hl + len..total].fill(0);
-    Ok(total)
+    wire::write_packet_with(out, h, len, fill).map_err(|e| match e {
+        wire::PacketError::Wire(wire::WireError::Truncated) => wc_status::LOC_LEN_ERR,
+        wire::PacketError::Wire(_) => wc_status::GENERAL_ERR,
+        wire::PacketError::Fill(status) => status,
+    })
 }
 
 /// Whether a BTH P_Key matches ours (the low 15 bits; one of the two must be a full member).
@@ -771,6 +545,7 @@ where
             cwnd: self.req.cwnd,
             ssthresh: self.req.ssthresh,
             srtt_us: self.req.srtt_us,
+            reads_ahead: self.req.ahead.count(),
         }
     }
 

@@ -3,14 +3,15 @@
 //! timer, and goes back N when the completer or the timer says packets were lost.
 
 use super::{
-    opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat,
-    WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
+    ahead::ReadAhead, opcode, transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env,
+    Resource, SqEntry, Stat, WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
     psn::{Psn, PSN_HALF},
     qp_state::{QpState, QpType},
-    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+    segment::Segmentation,
+    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, BTH_DEF_PKEY},
 };
 use core::ops::DerefMut;
 
@@ -96,6 +97,8 @@ pub(super) struct Requester {
     /// Of what `heard` heard, READ responses: the peer is replaying READs of ours, and an
     /// early expiry (which would send it yet another READ to replay) waits.
     pub(super) replay_heard: bool,
+    /// The front READ's responses placed ahead of a gap (see [`ReadAhead`]).
+    pub(super) ahead: ReadAhead,
 }
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
@@ -173,6 +176,7 @@ impl Requester {
             early: 0,
             asked_now: false,
             replay_heard: false,
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -189,6 +193,7 @@ impl Requester {
         self.cwnd = RC_WINDOW;
         self.heard = false;
         self.replay_heard = false;
+        self.ahead.clear();
         self.busy_waits = 0;
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;
@@ -274,38 +279,27 @@ impl Config {
 /// Request opcode for a WR kind at a position.
 fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: bool) -> u8 {
     use opcode::*;
-    match (kind, pos, inv) {
-        (WrKind::Send, Position::Last, true) => return t.base() | RC_SEND_LAST_WITH_INVALIDATE,
-        (WrKind::Send, Position::Only, true) => return t.base() | RC_SEND_ONLY_WITH_INVALIDATE,
-        _ => {}
-    }
-    let rc = match (kind, pos, imm) {
-        (WrKind::Send, Position::First, _) => RC_SEND_FIRST,
-        (WrKind::Send, Position::Middle, _) => RC_SEND_MIDDLE,
-        (WrKind::Send, Position::Last, false) => RC_SEND_LAST,
-        (WrKind::Send, Position::Last, true) => RC_SEND_LAST_WITH_IMMEDIATE,
-        (WrKind::Send, Position::Only, false) => RC_SEND_ONLY,
-        (WrKind::Send, Position::Only, true) => RC_SEND_ONLY_WITH_IMMEDIATE,
-        (WrKind::Write, Position::First, _) => RC_RDMA_WRITE_FIRST,
-        (WrKind::Write, Position::Middle, _) => RC_RDMA_WRITE_MIDDLE,
-        (WrKind::Write, Position::Last, false) => RC_RDMA_WRITE_LAST,
-        (WrKind::Write, Position::Last, true) => RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (WrKind::Write, Position::Only, false) => RC_RDMA_WRITE_ONLY,
-        (WrKind::Write, Position::Only, true) => RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (WrKind::Read, _, _) => RC_RDMA_READ_REQUEST,
-        (WrKind::CmpSwap, _, _) => RC_COMPARE_SWAP,
-        (WrKind::FetchAdd, _, _) => RC_FETCH_ADD,
-        (WrKind::AtomicWrite, _, _) => RC_ATOMIC_WRITE,
-        (WrKind::Flush, _, _) => RC_FLUSH,
+    let op = match kind {
+        // An R_Key to invalidate wins over immediate data (the verbs layer never sets both).
+        WrKind::Send => send_opcode(t, pos, imm && !inv, inv),
+        WrKind::Write => write_opcode(t, pos, imm),
+        WrKind::Read => Some(t.base() | RC_RDMA_READ_REQUEST),
+        WrKind::CmpSwap => Some(t.base() | RC_COMPARE_SWAP),
+        WrKind::FetchAdd => Some(t.base() | RC_FETCH_ADD),
+        WrKind::AtomicWrite => Some(t.base() | RC_ATOMIC_WRITE),
+        WrKind::Flush => Some(t.base() | RC_FLUSH),
         // Local operations send nothing (the requester never asks for their opcode).
-        (WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw, _, _) => RC_SEND_ONLY,
+        WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw => None,
     };
-    t.base() | rc
+    // The combinations without an opcode (WRITE on UD, invalidation outside RC, a
+    // multi-packet UD SEND) are refused when the WR is posted.
+    op.unwrap_or(t.base() | RC_SEND_ONLY)
 }
 
 /// A READ whose responses fit in less than half the PSN space at the path MTU.
 fn read_fits(e: &SqEntry, cfg: &Config) -> bool {
-    Segmentation::new(e.len, cfg.mtu).is_none_or(|s| s.count() < PSN_HALF)
+    // Not `Option::is_none_or` (Rust 1.82; the kernel's minimum is 1.78).
+    !matches!(Segmentation::new(e.len, cfg.mtu), Some(s) if s.count() >= PSN_HALF)
 }
 
 /// Why the requester cannot start the WR at `next` now.
@@ -584,7 +578,7 @@ where
         let ack_req = cfg.qp_type == QpType::Rc
             && ((end && wanted)
                 || e.kind.is_rd_atomic()
-                || psn.get().is_multiple_of(ACK_REQ_EVERY)
+                || psn.get() % ACK_REQ_EVERY == 0
                 || fills
                 || self.req.poll);
         // A READ asks for every PSN of its responses (an atomic for its one): while they are

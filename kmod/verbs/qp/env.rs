@@ -313,27 +313,32 @@ impl Env for Ctx<'_, '_> {
         // DCQCN: a QP whose rate a CNP cut sends its RC requests at that rate. One the pacer
         // holds back is dropped here and sent again by the pacing timer's continuation (the
         // engine rewinds to it, spending no retry).
-        if !path.loopback
-            && self.sh.rp.active
-            && fab.cc.load(Ordering::Relaxed)
+        // An unlimited QP pays the one branch on `rp.active`; a limited one reads its own copy
+        // of the settings (one atomic load to see that it is current), no device-wide lock.
+        if self.sh.rp.active
+            && !path.loopback
             && pkt.first().is_some_and(|&op| dcqcn::paced_opcode(op))
         {
-            let p = *fab.dcqcn.lock();
-            let now = timer::now_us();
-            self.sh.rp.tick(&p, now);
-            if let Some(rate) = self.sh.rp.rate() {
-                // Room for two pacing ticks at the rate: the timer resumes a held QP a jiffy
-                // later, so a smaller budget would cap the rate below what DCQCN set.
-                let tick = 1_000_000 / timer::usecs_to_jiffies(1_000_000).max(1);
-                self.sh.pacer.burst = PACE_BURST.max(rate.saturating_mul(tick) / 4000);
-                let len = pkt.len() as u64;
-                if self.sh.pacer.take(len, rate, now).is_err() {
-                    fab.stats.add(Stat::RatePaced, 1);
-                    self.sh.congested = true;
-                    self.sh.resume = true;
-                    return Emit::Dropped;
+            fab.dcqcn_refresh(&mut self.sh.dc);
+            if self.sh.dc.settings.cc {
+                let p = self.sh.dc.settings.params;
+                let now = timer::now_us();
+                self.sh.rp.tick(&p, now);
+                self.sh.sync_limited(fab);
+                if let Some(rate) = self.sh.rp.rate() {
+                    // Room for two pacing ticks at the rate: the timer resumes a held QP a
+                    // jiffy later, so a smaller budget would cap the rate below what DCQCN set.
+                    let tick = 1_000_000 / timer::usecs_to_jiffies(1_000_000).max(1);
+                    self.sh.pacer.burst = PACE_BURST.max(rate.saturating_mul(tick) / 4000);
+                    let len = pkt.len() as u64;
+                    if self.sh.pacer.take(len, rate, now).is_err() {
+                        fab.stats.add(Stat::RatePaced, 1);
+                        self.sh.congested = true;
+                        self.sh.resume = true;
+                        return Emit::Dropped;
+                    }
+                    self.sh.rp.on_sent(&p, len, now);
                 }
-                self.sh.rp.on_sent(&p, len, now);
             }
         }
         // A packet to our own GID, or to a group with members on this device, is delivered

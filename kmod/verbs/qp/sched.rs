@@ -245,10 +245,15 @@ impl QpInner {
         let fab = &self.fabric;
         fab.stats.add(Stat::RxEcnCe, 1);
         let cfg = eng.config();
-        if !matches!(cfg.qp_type, QpType::Rc | QpType::Uc) || !fab.ecn.load(Ordering::Relaxed) {
+        if !matches!(cfg.qp_type, QpType::Rc | QpType::Uc) {
             return;
         }
-        let p = *fab.dcqcn.lock();
+        // The QP's own copy of the settings: no device-wide lock per CE mark.
+        fab.dcqcn_refresh(&mut cx.sh.dc);
+        if !cx.sh.dc.settings.ecn {
+            return;
+        }
+        let p = cx.sh.dc.settings.params;
         if cx.sh.gate.may_send(&p, timer::now_us()) {
             let cnp = dcqcn::cnp(cfg.dest_qpn, wire::BTH_DEF_PKEY);
             // Not a bulk packet, never paced; a CNP the wire refuses is not sent again.
@@ -264,16 +269,22 @@ impl QpInner {
         if !fab.cc.load(Ordering::Relaxed) {
             return;
         }
-        let p = *fab.dcqcn.lock();
+        // A CNP is rare next to packets: the QP takes a fresh copy of the settings with it
+        // (the generation read first, so a write racing with this is caught next time).
+        let gen = fab.dcqcn_gen.load(Ordering::Acquire);
         let mut g = self.st.lock();
         if g.sh.closed || !matches!(g.eng.config().peer, Some(p) if p.remote == *src) {
             return;
         }
+        let sh = &mut g.sh;
+        fab.dcqcn_reload(&mut sh.dc, gen);
+        let p = sh.dc.settings.params;
         let now = timer::now_us();
-        g.sh.rp.tick(&p, now);
-        if g.sh.rp.on_cnp(&p, now) {
+        sh.rp.tick(&p, now);
+        if sh.rp.on_cnp(&p, now) {
             fab.stats.add(Stat::RateCuts, 1);
         }
+        sh.sync_limited(fab);
     }
 
     /// A timer's run: `f` on the engine under the QP lock with bottom halves disabled, then

@@ -18,7 +18,7 @@ use crate::logic::{
 use crate::verbs::{
     av::Path,
     cq::CqInner,
-    fabric::Fabric,
+    fabric::{DcqcnCopy, Fabric},
     qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
     srq::SrqInner,
     wq::PROD,
@@ -89,6 +89,22 @@ pub(crate) struct Shell {
     pub(super) rp: dcqcn::Rp,
     pub(super) gate: dcqcn::CnpGate,
     pub(super) pacer: dcqcn::Pacer,
+    /// The device's DCQCN settings as this QP last copied them (its packets read these, not
+    /// the device's lock).
+    pub(super) dc: DcqcnCopy,
+    /// `rp` was limiting the rate when last looked at: counted in the device's
+    /// `rate_limited_qps` gauge (taken out again when it recovers or the QP goes).
+    pub(super) limited: bool,
+}
+
+impl Shell {
+    /// Brings the device's `rate_limited_qps` gauge in line with `rp` after a step of it.
+    pub(super) fn sync_limited(&mut self, fab: &Fabric) {
+        if self.rp.active != self.limited {
+            self.limited = self.rp.active;
+            fab.rate_limited(self.limited);
+        }
+    }
 }
 
 /// Engine state of a QP (guarded by the QP lock).
@@ -194,6 +210,8 @@ impl QpInner {
             rp: dcqcn::Rp::new(LINE_KBPS),
             gate: dcqcn::CnpGate::default(),
             pacer: dcqcn::Pacer::new(PACE_BURST, 0),
+            dc: DcqcnCopy::new(),
+            limited: false,
         };
         let data = QpData {
             eng: p.eng,
@@ -261,14 +279,30 @@ impl QpInner {
         // either holds the lock now (and is waited for here) or finds it closed, so nothing
         // acts on it any more. Its reference may still be held until the end of that path's
         // section: the owner's `Table::remove_and_wait` waits for that.
-        with_bh_disabled(|| self.st.lock().sh.closed = true);
+        with_bh_disabled(|| {
+            let mut g = self.st.lock();
+            g.sh.closed = true;
+            if g.sh.limited {
+                g.sh.limited = false;
+                self.fabric.rate_limited(false);
+            }
+        });
     }
 
     /// What `rdma resource show qp -dd` reports (the rings' fill is clamped to their size: a
     /// user may have written anything into its producer index).
     pub(crate) fn res(&self) -> QpRes {
         with_bh_disabled(|| {
-            let d = self.st.lock();
+            let mut d = self.st.lock();
+            // Brings an idle QP's rate up to now (it recovers with time, not only as it
+            // sends), and the device's `rate_limited_qps` with it.
+            if d.sh.rp.active {
+                let sh = &mut d.sh;
+                self.fabric.dcqcn_refresh(&mut sh.dc);
+                let p = sh.dc.settings.params;
+                sh.rp.tick(&p, timer::now_us());
+                sh.sync_limited(&self.fabric);
+            }
             let fill = |r: &Option<(SharedRing, u32, usize)>, cons: u32| {
                 r.as_ref().map(|(ring, slots, _)| {
                     (

@@ -458,3 +458,20 @@ fn ecn_field_and_cnp_format() {
         assert!(!paced_opcode(op), "{op:#x}");
     }
 }
+
+/// The device gauge the shell keeps from `Rp::active` is listed by `rdma statistic` under
+/// the name docs/congestion-control.md gives it, and it follows the reaction point: on at the
+/// first CNP, off once the rate is back at the line.
+#[test]
+fn rate_limited_gauge_follows_the_reaction_point() {
+    use rrxe_host_tests::logic::stats::{Stat, NAMES};
+    assert_eq!(NAMES[Stat::RateLimitedQps.index()], "rate_limited_qps\0");
+    let p = params();
+    let mut rp = Rp::new(LINE);
+    assert!(!rp.active && rp.rate().is_none());
+    rp.on_cnp(&p, 1_000);
+    assert!(rp.active && rp.rate().is_some());
+    // Long after the last CNP the timer increases have brought it back: no longer limited.
+    rp.tick(&p, 1_000 + 10_000_000_000);
+    assert!(!rp.active && rp.rate().is_none());
+}

@@ -5,6 +5,7 @@
 //! searched from an index, not scanned whole per packet.
 
 use rrxe_host_tests::logic::{
+    opcode::Operation,
     psn::Psn,
     qp_state::{QpState, QpType},
     transport::*,
@@ -286,4 +287,137 @@ fn many_reads_outstanding_are_answered_in_order_through_the_index() {
             bytes(&p.sb, 0x100, 0x1000_0000 + i * 3000, 2500)
         );
     }
+}
+
+/// Posts one 16-packet READ and returns its responses, in the order B sent them.
+fn read_responses(p: &mut Pair) -> Vec<Vec<u8>> {
+    let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 16 * 1024);
+    p.post_send(w, &[sge], &[]);
+    let req = send_held(p, 1);
+    assert_eq!(req.len(), 1);
+    p.deliver(&req[0], true);
+    let resp = drain_b(p);
+    assert_eq!(resp.len(), 16);
+    resp
+}
+
+/// Everything B sends now, held.
+fn drain_b(p: &mut Pair) -> Vec<Vec<u8>> {
+    while p.b.run_responder(&mut p.sb, &mut p.scratch, 64) > 0 {}
+    p.take_out(false)
+}
+
+fn read_requests(out: &[Vec<u8>]) -> Vec<Psn> {
+    out.iter()
+        .filter(|b| is_op(&Packet::parse(b).unwrap(), Operation::RdmaReadRequest))
+        .map(|b| psn_of(b))
+        .collect()
+}
+
+#[test]
+fn reordered_read_responses_are_placed_at_once_and_never_asked_for_again() {
+    // Responses 3 and 4 swap, and 7 arrives after 12 (netem's delay-based reordering):
+    // before, each one past a gap started a re-read of everything after the gap.
+    let mut p = Pair::new(QpType::Rc, 1024);
+    let resp = read_responses(&mut p);
+    let order = [0, 1, 2, 4, 3, 5, 6, 8, 9, 10, 11, 12, 7, 13, 14, 15];
+    for (n, &k) in order.iter().enumerate() {
+        p.deliver(&resp[k], false);
+        if n == 11 {
+            assert_eq!(p.a.details().reads_ahead, 5, "8..=12 wait for 7");
+        }
+    }
+    assert!(
+        read_requests(&send_held(&mut p, 100)).is_empty(),
+        "no re-read"
+    );
+    p.run();
+    assert_eq!(p.sa.stat(Stat::ReadResponsesAhead), 6);
+    assert_eq!(p.sa.stat(Stat::ImpliedNaks), 0);
+    assert_eq!(p.a.details().reads_ahead, 0);
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
+        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
+    );
+}
+
+#[test]
+fn a_lost_read_response_is_re_read_once_from_the_gap_when_the_last_one_arrives() {
+    // Response 5 is lost. 6..14 are placed and remembered; the last one makes the gap a
+    // loss: one re-read from 5, whose replayed 6..15 are duplicates.
+    let mut p = Pair::new(QpType::Rc, 1024);
+    let resp = read_responses(&mut p);
+    let first = psn_of(&resp[0]);
+    for (k, b) in resp.iter().enumerate() {
+        if k != 5 {
+            p.deliver(b, false);
+        }
+        if k == 14 {
+            assert!(
+                read_requests(&p.sa.out.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>())
+                    .is_empty(),
+                "no re-read before the last response"
+            );
+        }
+    }
+    let again = send_held(&mut p, 100);
+    assert_eq!(
+        read_requests(&again),
+        vec![first.wrapping_add(5)],
+        "one re-read, from the gap"
+    );
+    assert_eq!(p.sa.stat(Stat::ImpliedNaks), 1);
+    for b in &again {
+        p.deliver(b, true);
+    }
+    let replay = drain_b(&mut p);
+    assert_eq!(replay.len(), 11, "5..=15 again");
+    let dups = p.sa.stat(Stat::DuplicateResponses);
+    for b in &replay {
+        p.deliver(b, false);
+    }
+    assert_eq!(
+        p.sa.stat(Stat::DuplicateResponses) - dups,
+        10,
+        "6..=15 were placed already"
+    );
+    p.run();
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
+        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
+    );
+}
+
+#[test]
+fn responses_ahead_are_remembered_across_the_whole_window() {
+    // A 200-packet READ whose first response comes after 198 others (every word of the
+    // record): all are placed once, and the first one completes the READ but for its last.
+    let mut p = Pair::new(QpType::Rc, 256);
+    let (w, sge) = read_wr(1, 0x1000_0000, 0x2000_0000, 200 * 256);
+    p.post_send(w, &[sge], &[]);
+    let req = send_held(&mut p, 1);
+    p.deliver(&req[0], true);
+    let resp = drain_b(&mut p);
+    assert_eq!(resp.len(), 200);
+    for b in &resp[1..199] {
+        p.deliver(b, false);
+    }
+    assert_eq!(p.a.details().reads_ahead, 198);
+    p.deliver(&resp[0], false);
+    assert_eq!(p.a.details().reads_ahead, 0);
+    assert!(statuses(&p.sa).is_empty(), "the last response is still due");
+    p.deliver(&resp[199], false);
+    assert!(
+        read_requests(&send_held(&mut p, 100)).is_empty(),
+        "no re-read"
+    );
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 200 * 256),
+        bytes(&p.sb, 0x100, 0x1000_0000, 200 * 256)
+    );
 }

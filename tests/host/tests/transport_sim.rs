@@ -2066,21 +2066,30 @@ fn read_answered(timeout: u8) -> (Pair, Vec<Vec<u8>>) {
 #[test]
 fn a_busy_peer_gets_no_retransmission_while_it_answers() {
     // rdma_rxe answers a duplicate READ with a full replay, one request after another. A
-    // response lost in the middle of a READ makes us re-read from the gap at once; the rest of
-    // the first answer still arrives (past the gap: dropped). If the re-read is lost too, the
-    // timer fires while those answers flow: resending then would only queue another replay
-    // behind the ones the peer is busy with (a clean-clone `make test` of 2026-11-27 failed
-    // B.corrupt2 so: a 0-byte SEND behind READs from rxe0 ended in RETRY_EXC_ERR after 23
-    // timeouts, with rxe0 sending 6,254 packets of replays). So an expiry with such answers
-    // heard since the last one is passed over; the next one, after silence, retransmits.
+    // response lost in the middle of a READ makes us re-read from the gap once the READ's last
+    // response has come (the ones past the gap are placed and kept). If the re-read is lost
+    // too, the timer fires while the peer's replays of older copies flow: resending then would
+    // only queue another replay behind the ones the peer is busy with (a clean-clone `make
+    // test` of 2026-11-27 failed B.corrupt2 so: a 0-byte SEND behind READs from rxe0 ended in
+    // RETRY_EXC_ERR after 23 timeouts, with rxe0 sending 6,254 packets of replays). So an
+    // expiry with such answers heard since the last one is passed over; the next one, after
+    // silence, retransmits.
     let (mut p, resp) = read_answered(10);
     for b in &resp[..4] {
         p.deliver(b, false);
     }
-    p.deliver(&resp[5], false);
+    for b in &resp[5..] {
+        p.deliver(b, false);
+    }
+    assert_eq!(p.sa.stat(Stat::ReadResponsesAhead), 11);
     p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
     let reread: Vec<_> = p.sa.out.drain(..).collect();
-    assert_eq!(reread.len(), 1, "the gap re-reads at once (lost here)");
+    assert_eq!(
+        reread.len(),
+        1,
+        "the last response re-reads the gap (lost here)"
+    );
+    // A replay of an older copy: responses we hold already.
     for b in &resp[6..] {
         p.deliver(b, false);
     }
@@ -2119,9 +2128,10 @@ fn a_peer_that_only_repeats_itself_still_runs_out_of_retries() {
     }
     assert_eq!(p.sa.stat(Stat::PeerBusyWaits), 8);
     assert_eq!(statuses(&p.sa), vec![(1, wc_status::RETRY_EXC_ERR)]);
-    // The first gap spends one of the 7 retries; after the 8 passed over, each round spends
-    // one on its expiry and one on the re-read of the gap it then sees again.
-    assert_eq!(fired, 8 + 4);
+    // The response past the gap is placed once and is a duplicate after that (no new gap, no
+    // retry): after the 8 passed over, each expiry spends one of the 7 retries, and the next
+    // one fails the WR.
+    assert_eq!(fired, 8 + 8);
 }
 
 // ---- ACK requests (performance issue): an unsignaled stream asks every ACK_REQ_EVERY PSNs ----

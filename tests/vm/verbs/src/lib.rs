@@ -4,6 +4,7 @@
 
 pub mod dp;
 pub mod ffi;
+pub mod pair;
 pub mod robust;
 pub mod util;
 pub mod verbs;

@@ -28,16 +28,16 @@
 //!
 //! Prints PASS/FAIL/SKIP/INFO lines and "N passed, N failed"; exits non-zero on failure.
 
-use rrxe_verbs_test::{dp, ffi, util, verbs};
+use rrxe_verbs_test::{dp, ffi, pair, util, verbs};
+
+use pair::{expect, is_rrxe, one, send_wr};
 
 use std::process::ExitCode;
-use std::ptr;
-use std::time::Duration;
 
 use dp::{Dev, Rng, Side, ACCESS_ALL};
 use ffi::*;
 use util::{ename, errno, Report};
-use verbs::{Cq, Mr, Pd, Qp};
+use verbs::{Mr, Pd, Qp};
 
 /// `IB_ACCESS_FLUSH_GLOBAL` / `_PERSISTENT` (rdma-core 45's `IBV_ACCESS_FLUSH_*`).
 const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
@@ -55,16 +55,11 @@ const FLUSH_RANGE: u32 = 0;
 const FLUSH_MR: u32 = 1;
 
 const MR_LEN: usize = 1 << 16;
-const WAIT: Duration = Duration::from_secs(30);
 const EX_OPS: u64 = (IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_SEND_WITH_INV
     | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
-
-fn is_rrxe(d: &Dev) -> bool {
-    d.name.starts_with("rrxe")
-}
 
 fn cap() -> ibv_qp_cap {
     ibv_qp_cap {
@@ -79,41 +74,7 @@ fn cap() -> ibv_qp_cap {
 /// A PD, CQ, MR (every right and FLUSH_GLOBAL) and an RC QP; with `ex`, an `ibv_qp_ex` QP
 /// that takes SEND, RDMA WRITE, LOCAL_INV, SEND_WITH_INV and ATOMIC WRITE.
 fn side(d: &Dev, ex: bool, mr_access: u32) -> Result<Side, String> {
-    let pd = Pd::alloc(&d.ctx).map_err(|e| format!("{}: ibv_alloc_pd: {}", d.name, ename(e)))?;
-    let cq = Cq::create(&d.ctx, 64, 0)
-        .map_err(|e| format!("{}: ibv_create_cq: {}", d.name, ename(e)))?;
-    let mr = Mr::reg(&pd, MR_LEN, mr_access)
-        .map_err(|e| format!("{}: ibv_reg_mr({mr_access:#x}): {}", d.name, ename(e)))?;
-    let qp = if ex {
-        let mut a = ibv_qp_init_attr_ex {
-            send_cq: cq.ptr,
-            recv_cq: cq.ptr,
-            cap: cap(),
-            qp_type: IBV_QPT_RC,
-            comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-            pd: pd.ptr,
-            send_ops_flags: EX_OPS,
-            ..zeroed()
-        };
-        // SAFETY: valid context, PD and CQ; `a` lives across the call.
-        let p = unsafe { vt_create_qp_ex(d.ctx.ptr, &mut a) };
-        if p.is_null() {
-            return Err(format!(
-                "{}: ibv_create_qp_ex(RC, ATOMIC_WRITE|LOCAL_INV|SEND_WITH_INV): {}",
-                d.name,
-                ename(errno())
-            ));
-        }
-        Qp {
-            ptr: p,
-            qp_type: IBV_QPT_RC,
-            cap: a.cap,
-        }
-    } else {
-        Qp::create(&pd, &cq, IBV_QPT_RC, cap(), false)
-            .map_err(|e| format!("{}: ibv_create_qp: {}", d.name, ename(e)))?
-    };
-    Ok(Side { qp, mr, cq, pd })
+    pair::rc_side(d, MR_LEN, mr_access, cap(), ex.then_some(EX_OPS))
 }
 
 /// A connected pair: `a` on `da` (the requester), `b` on `db`; both QPs allow remote READ,
@@ -166,39 +127,6 @@ fn set(x: *mut ibv_qp_ex, id: u64, flags: u32) {
         (*x).wr_id = id;
         (*x).wr_flags = flags;
     }
-}
-
-fn one(cq: &Cq, what: &str) -> Result<ibv_wc, String> {
-    match dp::poll_n(cq, 1, WAIT) {
-        Ok(mut v) => Ok(v.remove(0)),
-        Err((_, e)) => Err(format!("{what}: {e}")),
-    }
-}
-
-fn expect(w: &ibv_wc, status: u32, opcode: Option<u32>, what: &str) -> Result<(), String> {
-    if w.status != status || opcode.is_some_and(|o| o != w.opcode) {
-        return Err(format!(
-            "{what}: got {} (want status {}{})",
-            dp::wc_str(w),
-            dp::status_str(status),
-            opcode.map_or(String::new(), |o| format!(", opcode {o}"))
-        ));
-    }
-    Ok(())
-}
-
-fn send_wr(id: u64, opcode: u32, flags: u32, sge: &mut [ibv_sge]) -> ibv_send_wr {
-    let mut w: ibv_send_wr = zeroed();
-    w.wr_id = id;
-    w.opcode = opcode;
-    w.send_flags = flags;
-    w.num_sge = sge.len() as i32;
-    w.sg_list = if sge.is_empty() {
-        ptr::null_mut()
-    } else {
-        sge.as_mut_ptr()
-    };
-    w
 }
 
 fn caps(r: &mut Report, d: &Dev) {
@@ -640,46 +568,16 @@ fn direction(r: &mut Report, da: &Dev, db: &Dev, rng: &mut Rng) {
 }
 
 fn main() -> ExitCode {
-    let mut dev = "rrxe0".to_string();
-    let mut dev2 = "rrxe1".to_string();
-    let mut seed = dp::clock_seed();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let res = match a.as_str() {
-            "--dev" => dp::arg_val(&mut args, &a).map(|v| dev = v),
-            "--dev2" => dp::arg_val(&mut args, &a).map(|v| dev2 = v),
-            "--seed" => dp::arg_val(&mut args, &a).map(|v| seed = v),
-            _ => Err(format!("unknown argument {a}")),
-        };
-        if let Err(e) = res {
-            eprintln!("rrxe-iba15: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let mut r = Report::new(Vec::new(), Vec::new());
-    r.info("seed", format!("{seed}"));
-    let mut rng = Rng::new(seed);
-    match (Dev::open(&dev), Dev::open(&dev2)) {
-        (Ok(d0), Ok(d1)) => {
-            caps(&mut r, &d0);
-            caps(&mut r, &d1);
+    pair::run("rrxe-iba15", |r, d0, d1, rng| {
+        caps(r, d0);
+        caps(r, d1);
+        for d in [d0, d1] {
             r.result(
-                &format!("persistent_mr_refused.{}", d0.name),
-                persistent_mr_refused(&d0),
+                &format!("persistent_mr_refused.{}", d.name),
+                persistent_mr_refused(d),
             );
-            r.result(
-                &format!("persistent_mr_refused.{}", d1.name),
-                persistent_mr_refused(&d1),
-            );
-            direction(&mut r, &d0, &d1, &mut rng);
-            direction(&mut r, &d1, &d0, &mut rng);
         }
-        (Err(e), _) | (_, Err(e)) => r.fail("setup", e),
-    }
-    r.summary();
-    if r.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        direction(r, d0, d1, rng);
+        direction(r, d1, d0, rng);
+    })
 }

@@ -25,29 +25,25 @@
 //!
 //! Prints PASS/FAIL/SKIP/INFO lines and "N passed, N failed"; exits non-zero on failure.
 
-use rrxe_verbs_test::{dp, ffi, util, verbs};
+use rrxe_verbs_test::{dp, ffi, pair, util, verbs};
+
+use pair::{expect, is_rrxe, one, send_wr};
 
 use std::process::ExitCode;
 use std::ptr;
-use std::time::Duration;
 
 use dp::{Dev, Rng, Side};
 use ffi::*;
 use util::{ename, errno, Report};
-use verbs::{Cq, Mr, Pd, Qp};
+use verbs::{Mr, Pd};
 
 const MR_LEN: usize = 1 << 16;
-const WAIT: Duration = Duration::from_secs(30);
 /// `IBV_DEVICE_MEM_WINDOW`, `IBV_DEVICE_MEM_WINDOW_TYPE_2B`.
 const DEV_MW: u32 = 1 << 17;
 const DEV_MW_2B: u32 = 1 << 24;
 /// Window placement in the MR: [WIN_OFF, WIN_OFF + WIN_LEN).
 const WIN_OFF: u64 = 4096;
 const WIN_LEN: u64 = 8192;
-
-fn is_rrxe(d: &Dev) -> bool {
-    d.name.starts_with("rrxe")
-}
 
 fn cap() -> ibv_qp_cap {
     ibv_qp_cap {
@@ -61,41 +57,8 @@ fn cap() -> ibv_qp_cap {
 
 /// A side whose MR has `mr_access`; with `ex`, its QP takes `ibv_wr_bind_mw`.
 fn side(d: &Dev, mr_access: u32, ex: bool) -> Result<Side, String> {
-    let pd = Pd::alloc(&d.ctx).map_err(|e| format!("{}: ibv_alloc_pd: {}", d.name, ename(e)))?;
-    let cq = Cq::create(&d.ctx, 64, 0)
-        .map_err(|e| format!("{}: ibv_create_cq: {}", d.name, ename(e)))?;
-    let mr = Mr::reg(&pd, MR_LEN, mr_access)
-        .map_err(|e| format!("{}: ibv_reg_mr({mr_access:#x}): {}", d.name, ename(e)))?;
-    let qp = if ex {
-        let mut a = ibv_qp_init_attr_ex {
-            send_cq: cq.ptr,
-            recv_cq: cq.ptr,
-            cap: cap(),
-            qp_type: IBV_QPT_RC,
-            comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-            pd: pd.ptr,
-            send_ops_flags: (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW) as u64,
-            ..zeroed()
-        };
-        // SAFETY: valid context, PD and CQ; `a` lives across the call.
-        let p = unsafe { vt_create_qp_ex(d.ctx.ptr, &mut a) };
-        if p.is_null() {
-            return Err(format!(
-                "{}: ibv_create_qp_ex(RC, BIND_MW): {}",
-                d.name,
-                ename(errno())
-            ));
-        }
-        Qp {
-            ptr: p,
-            qp_type: IBV_QPT_RC,
-            cap: a.cap,
-        }
-    } else {
-        Qp::create(&pd, &cq, IBV_QPT_RC, cap(), false)
-            .map_err(|e| format!("{}: ibv_create_qp: {}", d.name, ename(e)))?
-    };
-    Ok(Side { qp, mr, cq, pd })
+    let ops = (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW) as u64;
+    pair::rc_side(d, MR_LEN, mr_access, cap(), ex.then_some(ops))
 }
 
 /// A connected pair: `a` (requester, every right) on `da`, `b` (window owner, its MR with
@@ -154,39 +117,6 @@ fn inc_rkey(k: u32) -> u32 {
     (k & 0xffff_ff00) | (k.wrapping_add(1) & 0xff)
 }
 
-fn one(cq: &Cq, what: &str) -> Result<ibv_wc, String> {
-    match dp::poll_n(cq, 1, WAIT) {
-        Ok(mut v) => Ok(v.remove(0)),
-        Err((_, e)) => Err(format!("{what}: {e}")),
-    }
-}
-
-fn expect(w: &ibv_wc, status: u32, opcode: Option<u32>, what: &str) -> Result<(), String> {
-    if w.status != status || opcode.is_some_and(|o| o != w.opcode) {
-        return Err(format!(
-            "{what}: got {} (want status {}{})",
-            dp::wc_str(w),
-            dp::status_str(status),
-            opcode.map_or(String::new(), |o| format!(", opcode {o}"))
-        ));
-    }
-    Ok(())
-}
-
-fn send_wr(id: u64, opcode: u32, sge: &mut [ibv_sge]) -> ibv_send_wr {
-    let mut w: ibv_send_wr = zeroed();
-    w.wr_id = id;
-    w.opcode = opcode;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.num_sge = sge.len() as i32;
-    w.sg_list = if sge.is_empty() {
-        ptr::null_mut()
-    } else {
-        sge.as_mut_ptr()
-    };
-    w
-}
-
 fn info(mr: &Mr, off: u64, len: u64, access: u32) -> ibv_mw_bind_info {
     ibv_mw_bind_info {
         mr: mr.ptr,
@@ -214,7 +144,7 @@ fn bind1(b: &Side, mw: &Mw, info: ibv_mw_bind_info) -> Result<ibv_wc, String> {
 
 /// An `IBV_WR_BIND_MW` WR through `ibv_post_send` with rkey `rkey`, then its completion.
 fn bind2(b: &Side, mw: &Mw, rkey: u32, info: ibv_mw_bind_info) -> Result<ibv_wc, String> {
-    let mut w = send_wr(0xb2, IBV_WR_BIND_MW, &mut []);
+    let mut w = send_wr(0xb2, IBV_WR_BIND_MW, IBV_SEND_SIGNALED, &mut []);
     w.bind_mw_tso_union.bind_mw = bind_mw_t {
         mw: mw.0,
         rkey,
@@ -228,7 +158,7 @@ fn bind2(b: &Side, mw: &Mw, rkey: u32, info: ibv_mw_bind_info) -> Result<ibv_wc,
 /// `rkey`; its completion.
 fn rdma(a: &Side, op: u32, rkey: u32, raddr: u64, len: usize) -> Result<ibv_wc, String> {
     let mut sge = [a.sge(0, len)];
-    let mut w = send_wr(0xd0, op, &mut sge);
+    let mut w = send_wr(0xd0, op, IBV_SEND_SIGNALED, &mut sge);
     w.wr.rdma.remote_addr = raddr;
     w.wr.rdma.rkey = rkey;
     dp::post_send(&a.qp, &mut w)?;
@@ -429,7 +359,7 @@ fn type2(da: &Dev, db: &Dev, rng: &mut Rng, how: &str) -> Result<(), String> {
     write_read(&a, &b, rng, k, base + 512, (WIN_OFF + 512) as usize, 1000)?;
     match how {
         "local_inv" => {
-            let mut w = send_wr(0x1e, IBV_WR_LOCAL_INV, &mut []);
+            let mut w = send_wr(0x1e, IBV_WR_LOCAL_INV, IBV_SEND_SIGNALED, &mut []);
             w.imm_data_invalidated_rkey_union.invalidated_rkey = k;
             dp::post_send(&b.qp, &mut w)?;
             let c = one(&b.cq, "LOCAL_INV completion")?;
@@ -448,7 +378,7 @@ fn type2(da: &Dev, db: &Dev, rng: &mut Rng, how: &str) -> Result<(), String> {
             rw.num_sge = 1;
             dp::post_recv(&b.qp, &mut rw)?;
             let mut sge = [a.sge(0, 32)];
-            let mut w = send_wr(0x5e, IBV_WR_SEND_WITH_INV, &mut sge);
+            let mut w = send_wr(0x5e, IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED, &mut sge);
             w.imm_data_invalidated_rkey_union.invalidated_rkey = k;
             dp::post_send(&a.qp, &mut w)?;
             let c = one(&a.cq, "SEND_WITH_INV completion")?;
@@ -612,41 +542,13 @@ fn direction(r: &mut Report, da: &Dev, db: &Dev, rng: &mut Rng) {
 }
 
 fn main() -> ExitCode {
-    let mut dev = "rrxe0".to_string();
-    let mut dev2 = "rrxe1".to_string();
-    let mut seed = dp::clock_seed();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let res = match a.as_str() {
-            "--dev" => dp::arg_val(&mut args, &a).map(|v| dev = v),
-            "--dev2" => dp::arg_val(&mut args, &a).map(|v| dev2 = v),
-            "--seed" => dp::arg_val(&mut args, &a).map(|v| seed = v),
-            _ => Err(format!("unknown argument {a}")),
-        };
-        if let Err(e) = res {
-            eprintln!("rrxe-mw: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let mut r = Report::new(Vec::new(), Vec::new());
-    r.info("seed", format!("{seed}"));
-    let mut rng = Rng::new(seed);
-    match (Dev::open(&dev), Dev::open(&dev2)) {
-        (Ok(d0), Ok(d1)) => {
-            for d in [&d0, &d1] {
-                if is_rrxe(d) {
-                    r.result(&format!("caps.{}", d.name), caps(d));
-                }
+    pair::run("rrxe-mw", |r, d0, d1, rng| {
+        for d in [d0, d1] {
+            if is_rrxe(d) {
+                r.result(&format!("caps.{}", d.name), caps(d));
             }
-            direction(&mut r, &d0, &d1, &mut rng);
-            direction(&mut r, &d1, &d0, &mut rng);
         }
-        (Err(e), _) | (_, Err(e)) => r.fail("setup", e),
-    }
-    r.summary();
-    if r.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        direction(r, d0, d1, rng);
+        direction(r, d1, d0, rng);
+    })
 }
