@@ -146,6 +146,16 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
         args: &MrArgs,
         udata: Option<&Udata>,
     ) -> Result<(Self::Mr, MrKeys)>;
+    /// `advise_mr` (`ibv_advise_mr`) on `sges` (lkeys of MRs in `pd`, with their ranges):
+    /// `advice` is an `IB_UVERBS_ADVISE_MR_ADVICE_*`, `flags` `IB_UVERBS_ADVISE_MR_FLAG_*`.
+    /// Process context.
+    fn advise_mr(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        advice: u32,
+        flags: u32,
+        sges: &[b::ib_sge],
+    ) -> Result;
     /// `dereg_mr`: runs before the data is dropped. An error leaves the MR registered (and
     /// its data in place): ib_core reports it to the caller, and a context's cleanup tries
     /// again after destroying the other objects.

@@ -412,12 +412,15 @@ u64 rrxe_odp_access_mask(bool writable)
 	return ODP_READ_ALLOWED_BIT | (writable ? ODP_WRITE_ALLOWED_BIT : 0);
 }
 
-/* The page behind pfn_list[idx] if HMM reported it valid, else NULL; under umem_mutex. */
-struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx)
+/*
+ * The page behind pfn_list[idx] if HMM reported it valid (and, with @write, writable), else
+ * NULL; under umem_mutex.
+ */
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx, bool write)
 {
 	unsigned long pfn = odp->pfn_list[idx];
 
-	if (!(pfn & HMM_PFN_VALID))
+	if (!(pfn & HMM_PFN_VALID) || (write && !(pfn & HMM_PFN_WRITE)))
 		return NULL;
 	return hmm_pfn_to_page(pfn);
 }
@@ -440,5 +443,14 @@ unsigned long rrxe_ib_umem_odp_end(struct ib_umem_odp *odp) { return 0; }
 void rrxe_odp_mutex_lock(struct ib_umem_odp *odp) {}
 void rrxe_odp_mutex_unlock(struct ib_umem_odp *odp) {}
 u64 rrxe_odp_access_mask(bool writable) { return 0; }
-struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx) { return NULL; }
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx, bool write)
+{
+	return NULL;
+}
 #endif
+
+/* Whether ib_core has ODP umems (CONFIG_INFINIBAND_ON_DEMAND_PAGING). */
+bool rrxe_odp_enabled(void)
+{
+	return IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING);
+}

@@ -88,7 +88,8 @@ unsigned long rrxe_ib_umem_odp_end(struct ib_umem_odp *odp);
 void rrxe_odp_mutex_lock(struct ib_umem_odp *odp);
 void rrxe_odp_mutex_unlock(struct ib_umem_odp *odp);
 u64 rrxe_odp_access_mask(bool writable);
-struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx);
+struct page *rrxe_odp_page(struct ib_umem_odp *odp, unsigned long idx, bool write);
+bool rrxe_odp_enabled(void);
 
 /* ring.rs */
 struct page *rrxe_alloc_page(gfp_t gfp);

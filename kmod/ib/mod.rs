@@ -17,7 +17,6 @@ pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod objects;
-#[allow(dead_code)] // ODP MRs are not wired to the data path yet (docs/odp.md)
 pub(crate) mod odp;
 pub(crate) mod ops;
 pub(crate) mod restrack;

@@ -235,6 +235,18 @@ impl OdpUmem {
     /// registration is writable). Process context only: it sleeps. `EFAULT` if the range
     /// leaves the registration or the process's mapping does not allow the access.
     pub(crate) fn fault(&self, off: u64, len: u64) -> Result {
+        self.map(off, len, true)
+    }
+
+    /// Makes present the pages of `[off, off + len)` that the process has mapped now (with
+    /// write permission if the registration is writable), faulting none in (a prefetch
+    /// without page faults). Process context only: it sleeps.
+    pub(crate) fn map_present(&self, off: u64, len: u64) -> Result {
+        self.map(off, len, false)
+    }
+
+    /// [`Self::fault`] (`fault`) or [`Self::map_present`].
+    fn map(&self, off: u64, len: u64, fault: bool) -> Result {
         if len == 0 {
             return Ok(());
         }
@@ -251,7 +263,7 @@ impl OdpUmem {
                 (self.start + abs) as u64,
                 len as u64,
                 mask,
-                true,
+                fault,
             )
         };
         if r < 0 {
@@ -263,8 +275,9 @@ impl OdpUmem {
             for (i, slot) in p.iter_mut().enumerate().take(end).skip(first) {
                 // SAFETY: `umem_mutex` is held, so the pfns just faulted in are current (no
                 // invalidation can run until it is released), and `i` is within the pfn list
-                // (one entry per page of the umem).
-                *slot = unsafe { b::rrxe_odp_page(self.raw, i as _) } as usize;
+                // (one entry per page of the umem). A page HMM did not report valid (and
+                // writable, for a writable registration) stays absent.
+                *slot = unsafe { b::rrxe_odp_page(self.raw, i as _, self.writable) } as usize;
             }
         });
         // SAFETY: held since `ib_umem_odp_map_dma_and_lock` returned success.
@@ -395,6 +408,12 @@ impl OdpUmem {
     pub(crate) fn atomic_store(&self, off: u64, value: u64) -> Result<u64> {
         self.with_u64(off, |w| w.swap(value, Ordering::SeqCst))
     }
+}
+
+/// Whether the kernel has ODP umems (`CONFIG_INFINIBAND_ON_DEMAND_PAGING`).
+pub(crate) fn enabled() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { b::rrxe_odp_enabled() }
 }
 
 impl Drop for OdpUmem {

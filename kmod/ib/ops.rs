@@ -32,6 +32,7 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.destroy_qp = Some(destroy_qp::<T>);
     ops.reg_user_mr = Some(reg_user_mr::<T>);
     ops.dereg_mr = Some(dereg_mr::<T>);
+    ops.advise_mr = Some(advise_mr::<T>);
     ops.alloc_mw = Some(alloc_mw::<T>);
     ops.dealloc_mw = Some(dealloc_mw::<T>);
     ops.create_ah = Some(create_ah::<T>);
@@ -438,6 +439,35 @@ unsafe extern "C" fn reg_user_mr<T: IbDriver>(
         // ERR_PTR(): the negative errno as a pointer.
         Err(e) => e.to_errno() as isize as *mut b::ib_mr,
     }
+}
+
+/// # Safety
+///
+/// ib_core (uverbs `ADVISE_MR`) passes a live PD of ours and an array of `num_sge` SGEs.
+unsafe extern "C" fn advise_mr<T: IbDriver>(
+    pd: *mut b::ib_pd,
+    advice: b::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut b::ib_sge,
+    num_sge: u32,
+    _attrs: *mut b::uverbs_attr_bundle,
+) -> i32 {
+    from_result(|| {
+        if sg_list.is_null() || num_sge == 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: per the contract above: the PD is live and the array holds `num_sge` SGEs
+        // (plain integers), which ib_core keeps for the duration of this call.
+        let (d, pdd, sges) = unsafe {
+            (
+                dev::<T>((*pd).device),
+                PdObj::<T>::data(pd),
+                core::slice::from_raw_parts(sg_list.cast_const(), num_sge as usize),
+            )
+        };
+        T::advise_mr(d, pdd, advice, flags, sges)?;
+        Ok(0)
+    })
 }
 
 /// # Safety

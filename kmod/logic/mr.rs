@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Memory region rules.
 
-use super::errno::{EINVAL, EOPNOTSUPP};
+use super::errno::EINVAL;
 use super::qp_attr::access;
 
 /// Access bits an MR may carry: local write, the remote rights, memory-window binding, RDMA
@@ -18,14 +18,11 @@ pub const MR_ACCEPTED: u32 = access::LOCAL_WRITE
     | access::OPTIONAL;
 
 /// Checks MR access flags; the positive errno on refusal. Remote write or atomic without local
-/// write is invalid (IBTA o10-23); on-demand paging is not supported;
+/// write is invalid (IBTA o10-23); on-demand paging (explicit ODP MRs) is accepted;
 /// `FLUSH_PERSISTENT` is invalid, as rdma_rxe refuses it for memory that is not persistent
 /// memory (rrxe registers no persistent memory); unknown bits are invalid.
 pub const fn check_mr_access(flags: u32) -> Result<(), i32> {
-    if flags & access::ON_DEMAND != 0 {
-        return Err(EOPNOTSUPP);
-    }
-    if flags & !MR_ACCEPTED != 0 {
+    if flags & !(MR_ACCEPTED | access::ON_DEMAND) != 0 {
         return Err(EINVAL);
     }
     if flags & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
@@ -91,6 +88,9 @@ pub enum MemError {
     Bounds,
     /// The MR lacks the right.
     Access,
+    /// An on-demand-paging MR's page is not present now: nothing was accessed; the shell has
+    /// queued the fault (process context), and the access is to be tried again later.
+    NotPresent,
 }
 
 /// An atomic operation on 8 bytes of registered memory.

@@ -101,6 +101,10 @@ pub enum Stat {
     /// READ responses that arrived past a gap (reordered, or after a loss) and were placed
     /// at once instead of being asked for again.
     ReadResponsesAhead,
+    /// Accesses that met a page of an on-demand-paging MR that was not present (the fault is
+    /// taken in process context; RC requests are answered with an RNR NAK, the requester's
+    /// own gather waits, a response is dropped and asked for again, UD drops).
+    OdpMisses,
     /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
     /// recovered to the line rate).
     RateLimitedQps,
@@ -153,6 +157,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RatePaced,
     Stat::RtoExpiries,
     Stat::ReadResponsesAhead,
+    Stat::OdpMisses,
     Stat::RateLimitedQps,
 ];
 
@@ -200,6 +205,7 @@ pub const NAMES: [&str; COUNT] = [
     "rate_paced\0",
     "rto_expiries\0",
     "read_responses_ahead\0",
+    "odp_misses\0",
     "rate_limited_qps\0",
 ];
 

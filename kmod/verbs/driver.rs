@@ -109,6 +109,16 @@ impl IbDriver for Rrxe {
         mr::dereg(dev, m)
     }
 
+    fn advise_mr(
+        dev: &Device<Self>,
+        pd: &Self::Pd,
+        advice: u32,
+        _flags: u32,
+        sges: &[b::ib_sge],
+    ) -> Result {
+        mr::advise(dev, pd, advice, sges)
+    }
+
     fn alloc_mw(
         dev: &Device<Self>,
         p: &Self::Pd,
@@ -274,6 +284,22 @@ impl IbDriver for Rrxe {
         attr.max_fast_reg_page_list_len = lim::MAX_FAST_REG_PAGES;
         // Lets `rdma link delete` unregister the device.
         attr.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+        // Explicit on-demand paging (docs/odp.md), where the kernel has ODP umems: RC's every
+        // operation and receives (SRQ ones too); UD sends (a UD receive that finds its page
+        // absent is lost). No implicit ODP.
+        if crate::ib::odp::enabled() {
+            attr.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+            attr.odp_caps.general_caps = b::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
+            attr.odp_caps.per_transport_caps.rc_odp_caps =
+                b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND
+                    | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV
+                    | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE
+                    | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ
+                    | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC
+                    | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+            attr.odp_caps.per_transport_caps.ud_odp_caps =
+                b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND;
+        }
         attr.max_send_sge = lim::MAX_SGE as i32;
         attr.max_recv_sge = lim::MAX_SGE as i32;
         attr.max_sge_rd = lim::MAX_SGE_RD as i32;

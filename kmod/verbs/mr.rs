@@ -4,9 +4,11 @@
 use super::{device::Rrxe, errno, pd::RrxePd};
 use crate::ib::{
     bh::with_bh_disabled,
+    bindings as b,
     device::Device,
     kmem::{KernelVirt, MappedPage, PageList},
     objects::{MrArgs, MrKeys, Umem},
+    odp::OdpUmem,
     restrack::ResTable,
     udata::Udata,
 };
@@ -14,6 +16,7 @@ use crate::logic::transport::AtomicOp;
 use crate::logic::{
     idalloc, limits as lim, mr,
     mw::{self, MrFacts, MrRef},
+    qp_attr::access,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::sync::SpinLock;
@@ -36,10 +39,26 @@ pub(super) fn reg_user(
     }
     mr::check_mr_access(args.access).map_err(errno)?;
     mr::check_mr_range(args.start, args.length, args.iova, lim::MAX_MR_SIZE).map_err(errno)?;
-    let umem = Umem::get(dev, args.start, args.length, args.access as i32)?;
-    if (umem.len() as u64) < args.length {
-        return Err(EFAULT);
-    }
+    let mem = if args.access & access::ON_DEMAND != 0 {
+        // Nothing pinned: pages come in at access time (`OdpUmem::fault`, process context).
+        // The huge-page hint is not passed on: the present-page table is kept per base page.
+        let writable =
+            args.access & (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0;
+        let odp = OdpUmem::get(
+            dev,
+            args.start,
+            args.length,
+            (args.access & !access::HUGETLB) as i32,
+            writable,
+        )?;
+        MrMem::Odp(Arc::new(odp, GFP_KERNEL_ACCOUNT)?)
+    } else {
+        let umem = Umem::get(dev, args.start, args.length, args.access as i32)?;
+        if (umem.len() as u64) < args.length {
+            return Err(EFAULT);
+        }
+        MrMem::User(umem)
+    };
     let data = dev.data();
     let (index, key_byte) = data.reserve_mr_index()?;
     let lkey = idalloc::make_key(index.id(), key_byte);
@@ -49,7 +68,7 @@ pub(super) fn reg_user(
         access: args.access,
         iova: args.iova,
         length: args.length,
-        mem: MrMem::User(umem),
+        mem,
         fast: None,
         windows: AtomicU32::new(0),
     };
@@ -71,8 +90,8 @@ pub(super) fn get_dma(
 ) -> Result<(RrxeMr, MrKeys)> {
     mr::check_mr_access(access).map_err(errno)?;
     // ib_core asks a DMA MR for local write and, for a global rkey, remote read and write;
-    // never for atomics, which `KernelVirt` does not offer.
-    if access & crate::logic::qp_attr::access::REMOTE_ATOMIC != 0 {
+    // never for atomics, which `KernelVirt` does not offer, nor for on-demand paging.
+    if access & (access::REMOTE_ATOMIC | access::ON_DEMAND) != 0 {
         return Err(EINVAL);
     }
     let data = dev.data();
@@ -93,6 +112,47 @@ pub(super) fn get_dma(
         .insert(index.id(), Arc::new(inner, GFP_KERNEL)?)?;
     let index = index.keep();
     Ok((RrxeMr { index }, MrKeys { lkey, rkey: lkey }))
+}
+
+/// `advise_mr`: a prefetch of on-demand-paging MRs' ranges (`ibv_advise_mr`). Done before it
+/// returns, whether or not the caller asked to wait (`IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): an
+/// asynchronous prefetch may be complete at once. `PREFETCH` and `PREFETCH_WRITE` fault the
+/// pages in (for writing when the MR is writable), `PREFETCH_NO_FAULT` makes present only the
+/// pages the process has mapped. `EINVAL` for an lkey that is not an ODP MR of `pd`, or a
+/// range outside it.
+pub(super) fn advise(dev: &Device<Rrxe>, pd: &RrxePd, advice: u32, sges: &[b::ib_sge]) -> Result {
+    let fault = match advice {
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
+        | b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => true,
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => false,
+        _ => return Err(errno(crate::logic::errno::EOPNOTSUPP)),
+    };
+    for s in sges {
+        // The table reference is a reader's (dropped before bottom halves are enabled); the
+        // umem's own reference is dropped here, in process context.
+        let (umem, iova, length) = with_bh_disabled(|| {
+            let m = dev.data().fabric.mrs.get(idalloc::key_index(s.lkey))?;
+            if m.key != s.lkey || m.pd != pd as *const RrxePd as usize || m.fast.is_some() {
+                return None;
+            }
+            match &m.mem {
+                MrMem::Odp(u) => Some((u.clone(), m.iova, m.length)),
+                _ => None,
+            }
+        })
+        .ok_or(EINVAL)?;
+        let off = s.addr.checked_sub(iova).ok_or(EINVAL)?;
+        let len = u64::from(s.length);
+        if off.checked_add(len).map_or(true, |e| e > length) {
+            return Err(EINVAL);
+        }
+        if fault {
+            umem.fault(off, len)?;
+        } else {
+            umem.map_present(off, len)?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn dereg(dev: &Device<Rrxe>, region: &RrxeMr) -> Result {
@@ -210,6 +270,9 @@ enum Backing {
     User {
         bytes: usize,
     },
+    Odp {
+        bytes: usize,
+    },
     Dma,
 }
 
@@ -230,6 +293,7 @@ pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Resu
                 }
             }
             (None, MrMem::User(u)) => Backing::User { bytes: u.len() },
+            (None, MrMem::Odp(u)) => Backing::Odp { bytes: u.len() },
             (None, MrMem::Kernel(_) | MrMem::Fast) => Backing::Dma,
         })
     });
@@ -261,6 +325,10 @@ pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Resu
                 (bytes as u64).div_ceil(kernel::page::PAGE_SIZE as u64),
             )?;
         }
+        Some(Backing::Odp { bytes }) => {
+            t.str(c_str!("type"), c_str!("odp"))?;
+            t.u64(c_str!("bytes"), bytes as u64)?;
+        }
         Some(Backing::Dma) => t.str(c_str!("type"), c_str!("dma"))?,
     }
     Ok(())
@@ -270,6 +338,11 @@ pub(super) fn res(dev: &Device<Rrxe>, region: &RrxeMr, t: &mut ResTable) -> Resu
 pub(crate) enum MrMem {
     /// Pinned user pages; offsets from the MR's start.
     User(Umem),
+    /// On-demand-paging user memory (`IB_ACCESS_ON_DEMAND`); offsets from the MR's start. An
+    /// access to a page that is not present fails with `EAGAIN` and changes nothing. Shared
+    /// with a QP's work item while it faults pages in (which drops its reference in process
+    /// context, as the MR's own teardown does).
+    Odp(Arc<OdpUmem>),
     /// A kernel consumer's DMA MR: the address is the kernel virtual address (virt-DMA).
     Kernel(KernelVirt),
     /// A kernel consumer's fast-registration MR: its pages are in [`MrInner::fast`].
@@ -277,11 +350,22 @@ pub(crate) enum MrMem {
 }
 
 impl MrMem {
+    /// Whether `len` bytes at MR offset `off` can be accessed now: `EAGAIN` if a page of an
+    /// on-demand-paging MR is not present; always for other memory (its accesses check their
+    /// own bounds).
+    pub(super) fn ready(&self, off: u64, len: u64) -> Result {
+        match self {
+            MrMem::Odp(u) if !u.present(off, len)? => Err(EAGAIN),
+            _ => Ok(()),
+        }
+    }
+
     /// `off`: offset in the MR; `addr`: the address the request named (a DMA MR's iova is 0
     /// and its length the whole space, so the two are the same there).
     pub(super) fn read(&self, off: u64, out: &mut [u8]) -> Result {
         match self {
             MrMem::User(u) => u.read(off, out),
+            MrMem::Odp(u) => u.read(off, out),
             MrMem::Kernel(k) => k.read(off, out),
             MrMem::Fast => Err(EFAULT),
         }
@@ -290,6 +374,7 @@ impl MrMem {
     pub(super) fn write(&self, off: u64, data: &[u8]) -> Result {
         match self {
             MrMem::User(u) => u.write(off, data),
+            MrMem::Odp(u) => u.write(off, data),
             MrMem::Kernel(k) => k.write(off, data),
             MrMem::Fast => Err(EFAULT),
         }
@@ -302,6 +387,11 @@ impl MrMem {
             }
             (MrMem::User(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
             (MrMem::User(u), AtomicOp::Write { value }) => u.atomic_store(off, value),
+            (MrMem::Odp(u), AtomicOp::CmpSwap { compare, swap }) => {
+                u.atomic_cas(off, compare, swap)
+            }
+            (MrMem::Odp(u), AtomicOp::FetchAdd { add }) => u.atomic_fadd(off, add),
+            (MrMem::Odp(u), AtomicOp::Write { value }) => u.atomic_store(off, value),
             // A DMA MR never holds atomic rights (`mr::get_dma`), so no atomic gets here; an
             // ATOMIC WRITE through a global rkey's DMA MR is refused as well (no single-access
             // store on the linear map is offered there).
@@ -422,6 +512,14 @@ pub(super) enum MrView<'a> {
 }
 
 impl MrView<'_> {
+    /// [`MrMem::ready`]; a fast-registration MR's pages are always there.
+    pub(super) fn ready(&self, off: u64, len: u64) -> Result {
+        match self {
+            MrView::Fixed(m) => m.ready(off, len),
+            MrView::Fast(_) => Ok(()),
+        }
+    }
+
     pub(super) fn read(&self, off: u64, out: &mut [u8]) -> Result {
         match self {
             MrView::Fixed(m) => m.read(off, out),

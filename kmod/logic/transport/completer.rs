@@ -441,6 +441,13 @@ where
             Some(src) => src.scatter(env, u64::from(s.offset), payload),
             None => Err(wc_status::LOC_QP_OP_ERR),
         };
+        if placed == Err(wqe::NOT_PRESENT) {
+            // A page of the READ's on-demand-paging MR is not present (its fault is queued):
+            // dropped before anything changed; asked for again (a later response's re-read
+            // from the gap, or the retransmit timer).
+            self.stat(env, Stat::OdpMisses, 1);
+            return false;
+        }
         if let Err(status) = placed {
             self.fail_at(env, Some(psn), status);
             return false;
@@ -495,6 +502,13 @@ where
             Some(src) => src.scatter(env, 0, &ack.orig.to_ne_bytes()),
             None => Err(wc_status::LOC_QP_OP_ERR),
         };
+        if placed == Err(wqe::NOT_PRESENT) {
+            // Dropped before anything of the atomic changed (its fault is queued): the
+            // retransmit timer asks again, and the responder answers from its cache (the
+            // atomic runs once).
+            self.stat(env, Stat::OdpMisses, 1);
+            return;
+        }
         if let Err(status) = placed {
             self.fail_at(env, Some(psn), status);
             return;

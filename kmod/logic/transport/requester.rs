@@ -422,8 +422,19 @@ where
             }
             let e = self.sq.entry(idx);
             let psn = self.req.psn;
+            let asked = self.req.asked;
             let emitted = match self.send_packet(env, scratch, idx, &e) {
                 Ok(r) => r,
+                Err(wqe::NOT_PRESENT) => {
+                    // A page of the payload's on-demand-paging MR is not present: nothing was
+                    // sent; the send queue waits at this packet (no retry spent) until the
+                    // shell has faulted the page in (process context) and runs the requester
+                    // again.
+                    self.req.asked = asked;
+                    self.req.asked_now = false;
+                    self.stat(env, Stat::OdpMisses, 1);
+                    break;
+                }
                 Err(status) => {
                     // A local error: the WR completes with it after every older WR.
                     self.sq.entry_mut(idx).err = Some(status);

@@ -3,7 +3,9 @@
 //! in the engine's private slots, their validation, and the gather/scatter between a message
 //! and an SGE list.
 
-use super::{flush, send_flags, wc_status, wr_opcode, Access, Config, Env, WrKind, MAX_MSG};
+use super::{
+    flush, send_flags, wc_status, wr_opcode, Access, Config, Env, MemError, WrKind, MAX_MSG,
+};
 use crate::logic::{limits::MAX_SGE, qp_state::QpType};
 use crate::uapi::{RecvWqe, SendWqe, Sge};
 use core::mem::{offset_of, size_of};
@@ -192,7 +194,7 @@ impl Source<'_> {
                     let n = core::cmp::min(slen - off, (buf.len() - done) as u64) as usize;
                     let chunk = &mut buf[done..done + n];
                     env.mem_read(s.lkey, s.addr.wrapping_add(off), chunk, Access::LocalRead)
-                        .map_err(|_| wc_status::LOC_PROT_ERR)?;
+                        .map_err(local_status)?;
                     done += n;
                     off = 0;
                 }
@@ -359,6 +361,21 @@ pub(super) fn check_send_wqe(cfg: &Config, slot: &[u8]) -> Result<Checked, u32> 
     })
 }
 
+/// Not a completion status: a gather or scatter met a page of an on-demand-paging MR that is
+/// not present ([`MemError::NotPresent`]). Nothing that reaches a CQE carries it: each caller
+/// answers it (RNR NAK, a held send queue, a dropped response or packet).
+pub(super) const NOT_PRESENT: u32 = u32::MAX;
+
+/// The status a local SGE's memory error gives: [`NOT_PRESENT`] for a page to be faulted in,
+/// otherwise a local protection error.
+pub(super) fn local_status(e: MemError) -> u32 {
+    if e == MemError::NotPresent {
+        NOT_PRESENT
+    } else {
+        wc_status::LOC_PROT_ERR
+    }
+}
+
 /// Scatters `data` at message offset `off` into a receive WQE's SGEs.
 pub(super) fn scatter<E: Env>(env: &mut E, r: &RecvWr, off: u64, data: &[u8]) -> Result<(), u32> {
     if data.is_empty() {
@@ -382,7 +399,7 @@ pub(super) fn scatter<E: Env>(env: &mut E, r: &RecvWr, off: u64, data: &[u8]) ->
             &data[done..done + n],
             Access::LocalWrite,
         )
-        .map_err(|_| wc_status::LOC_PROT_ERR)?;
+        .map_err(local_status)?;
         done += n;
         off = 0;
     }

@@ -2,7 +2,7 @@
 //! The engine's environment for one QP ([`Env`]): memory access through MR keys, the wire and
 //! loopback, completions, events, receive WQEs and timers.
 
-use crate::ib::{objects::QpEvent, timer, udp::XmitError};
+use crate::ib::{bh::with_bh_disabled, objects::QpEvent, timer, udp::XmitError};
 use crate::logic::transport as tp;
 use crate::logic::{
     dcqcn, idalloc,
@@ -14,8 +14,8 @@ use crate::logic::{
 use crate::uapi::Cqe;
 use crate::verbs::{
     loopback::{loopback_grh, Outbox},
-    mr::MrView,
-    qp::state::{QpInner, Shell, PACE_BURST},
+    mr::{MrMem, MrView},
+    qp::state::{OdpFault, QpInner, Shell, PACE_BURST},
     wq::{take_from_ring, CONS},
 };
 use core::sync::atomic::Ordering;
@@ -32,7 +32,7 @@ impl Ctx<'_, '_> {
     /// Looks up `key` for `len` bytes at `addr` with rights `acc` (PD, key, bounds, rights)
     /// and runs `f` on the memory with the offset into the MR (under a fast MR's lock).
     pub(super) fn with_mr<R>(
-        &self,
+        &mut self,
         key: u32,
         addr: u64,
         len: u64,
@@ -48,7 +48,7 @@ impl Ctx<'_, '_> {
     /// (an rkey) may name a memory window.
     #[expect(clippy::too_many_arguments)]
     pub(super) fn with_mr_rights<R>(
-        &self,
+        &mut self,
         key: u32,
         addr: u64,
         len: u64,
@@ -57,7 +57,8 @@ impl Ctx<'_, '_> {
         remote: bool,
         f: impl FnOnce(MrView<'_>, u64) -> Result<R>,
     ) -> Result<R, MemError> {
-        let Some(m) = self.qp.fabric.mrs.get(idalloc::key_index(key)) else {
+        let qp: &QpInner = self.qp;
+        let Some(m) = qp.fabric.mrs.get(idalloc::key_index(key)) else {
             if !remote {
                 // A window's rkey is no lkey.
                 return Err(MemError::BadKey);
@@ -70,7 +71,7 @@ impl Ctx<'_, '_> {
             };
             return self.with_window(key, &req, f);
         };
-        if m.pd != self.qp.pd {
+        if m.pd != qp.pd {
             return Err(MemError::BadPd);
         }
         let bounds = |iova: u64, length: u64| -> Result<u64, MemError> {
@@ -92,7 +93,13 @@ impl Ctx<'_, '_> {
                     return Err(MemError::Access);
                 }
                 let off = bounds(m.iova, m.length)?;
-                f(MrView::Fixed(&m.mem), off).map_err(|_| MemError::Bounds)
+                match f(MrView::Fixed(&m.mem), off) {
+                    Ok(r) => Ok(r),
+                    Err(e) if e == EAGAIN && matches!(m.mem, MrMem::Odp(_)) => {
+                        Err(self.odp_missed(key, off, len))
+                    }
+                    Err(_) => Err(MemError::Bounds),
+                }
             }
             Some(lock) => {
                 let st = lock.lock();
@@ -106,6 +113,65 @@ impl Ctx<'_, '_> {
                 f(MrView::Fast(&st), off).map_err(|_| MemError::Bounds)
             }
         }
+    }
+}
+
+/// Bytes past a missed range that its fault brings in as well (within the MR): one fault per
+/// message or so rather than one per page (a fault of a range the process has not mapped in
+/// full falls back to the missed range alone).
+const ODP_FAULT_AHEAD: u64 = 512 * 1024;
+
+impl Ctx<'_, '_> {
+    /// An access to on-demand-paging MR `key` met a page that is not present (`len` bytes at
+    /// MR offset `off`): the QP's work item faults the range in (process context) and then
+    /// resumes the QP. A range whose last fault failed (the process's mapping does not allow
+    /// the access) fails the access instead, once.
+    fn odp_missed(&mut self, key: u32, off: u64, len: u64) -> MemError {
+        let end = off.saturating_add(len.max(1));
+        if let Some(f) = self.sh.odp_failed {
+            if f.key == key && off < f.off.saturating_add(f.len.max(1)) && f.off < end {
+                self.sh.odp_failed = None;
+                return MemError::Access;
+            }
+        }
+        if self.sh.odp_fault.is_none() {
+            self.sh.odp_fault = Some(OdpFault { key, off, len });
+            self.qp.resume_soon();
+        }
+        MemError::NotPresent
+    }
+}
+
+impl QpInner {
+    /// The QP's work item, before it resumes the QP: takes the on-demand-paging fault a data
+    /// path access left ([`Ctx::odp_missed`]), in process context, outside every spinlock.
+    pub(super) fn odp_fault_in(&self) {
+        let taken = with_bh_disabled(|| {
+            let mut g = self.st.lock();
+            let f = g.sh.odp_fault.take()?;
+            let m = self.fabric.mrs.get(idalloc::key_index(f.key))?;
+            match &m.mem {
+                MrMem::Odp(u) if m.key == f.key => Some((f, u.clone())),
+                _ => None,
+            }
+        });
+        let Some((f, umem)) = taken else {
+            return;
+        };
+        let total = umem.len() as u64;
+        let wide = f
+            .len
+            .saturating_add(ODP_FAULT_AHEAD)
+            .min(total.saturating_sub(f.off));
+        let done = umem
+            .fault(f.off, wide)
+            .or_else(|_| umem.fault(f.off, f.len));
+        if done.is_err() {
+            with_bh_disabled(|| self.st.lock().sh.odp_failed = Some(f));
+        }
+        // The last reference may be this one (the MR was deregistered meanwhile): released
+        // here, in process context.
+        drop(umem);
     }
 }
 
@@ -168,7 +234,7 @@ impl Env for Ctx<'_, '_> {
         if len == 0 {
             return Ok(());
         }
-        self.with_mr(key, addr, len, acc, |_, _| Ok(()))
+        self.with_mr(key, addr, len, acc, |m, off| m.ready(off, len))
     }
 
     fn mem_read(

@@ -351,6 +351,7 @@ impl TxWaker for QpInner {
 
 impl work::WorkOwner for QpInner {
     fn work_run(&self, _id: u32) {
+        self.odp_fault_in();
         self.resume();
     }
 }

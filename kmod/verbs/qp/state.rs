@@ -95,6 +95,21 @@ pub(crate) struct Shell {
     /// `rp` was limiting the rate when last looked at: counted in the device's
     /// `rate_limited_qps` gauge (taken out again when it recovers or the QP goes).
     pub(super) limited: bool,
+    /// An on-demand-paging fault a data-path access left for the QP's work item (process
+    /// context), which then resumes the QP.
+    pub(super) odp_fault: Option<OdpFault>,
+    /// The last such fault that failed: the next access that misses in its range fails.
+    pub(super) odp_failed: Option<OdpFault>,
+}
+
+/// A range of an on-demand-paging MR to fault in.
+#[derive(Clone, Copy)]
+pub(crate) struct OdpFault {
+    /// The MR's key (its table index and generation).
+    pub(super) key: u32,
+    /// Offset in the MR and bytes.
+    pub(super) off: u64,
+    pub(super) len: u64,
 }
 
 impl Shell {
@@ -212,6 +227,8 @@ impl QpInner {
             pacer: dcqcn::Pacer::new(PACE_BURST, 0),
             dc: DcqcnCopy::new(),
             limited: false,
+            odp_fault: None,
+            odp_failed: None,
         };
         let data = QpData {
             eng: p.eng,

@@ -5,7 +5,7 @@
 
 use super::{
     access, cqe, flush, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit,
-    Engine, Env, Event, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
+    Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -348,6 +348,9 @@ enum Fault {
     /// A malformed receive WQE or a local protection fault while placing data: NAK Remote
     /// Operational Error.
     Operational,
+    /// A page of an on-demand-paging MR is not present (its fault is queued): RC answers with
+    /// an RNR NAK for the packet's PSN and changes nothing else; UC drops the message.
+    NotPresent,
 }
 
 impl<B, M, R> Engine<B, M, R>
@@ -420,7 +423,7 @@ where
         let code = match fault {
             Fault::Invalid => NakCode::InvalidRequest,
             Fault::Access => NakCode::RemoteAccessError,
-            Fault::Operational => NakCode::RemoteOperationalError,
+            Fault::Operational | Fault::NotPresent => NakCode::RemoteOperationalError,
         };
         if let (Some(st), Some(r)) = (status, self.resp.recv.take()) {
             self.post(
@@ -437,7 +440,7 @@ where
             match fault {
                 Fault::Invalid => env.event(Event::QpReqErr),
                 Fault::Access => env.event(Event::QpAccessErr),
-                Fault::Operational => {}
+                Fault::Operational | Fault::NotPresent => {}
             }
         }
         self.fatal(env, fault == Fault::Operational);
@@ -563,6 +566,14 @@ where
                     c.wc_flags |= wc_flags::WITH_IMM;
                 }
                 self.post_se(env, CqSel::Recv, &c, pkt.bth().se);
+            }
+            Err(wqe::NOT_PRESENT) => {
+                // The receive buffer's page is not present (an on-demand-paging MR; its fault
+                // is queued): the message is lost and its WQE completes in error, the QP goes
+                // on (UD does not advertise ODP receives).
+                self.stat(env, Stat::OdpMisses, 1);
+                c.status = wc_status::LOC_PROT_ERR;
+                self.post(env, CqSel::Recv, &c);
             }
             Err(status) => {
                 c.status = status;
@@ -735,13 +746,16 @@ where
                     }
                     return;
                 }
-                let allowed = self.cfg.access & access::REMOTE_WRITE != 0 || reth.len == 0;
-                if !allowed
-                    || env
-                        .mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteWrite)
-                        .is_err()
-                {
-                    self.remote_access_error(env, scratch, psn, end);
+                let ok = reth.len == 0
+                    || self.remote_ok(
+                        env,
+                        scratch,
+                        (psn, end),
+                        access::REMOTE_WRITE,
+                        (reth.rkey, reth.va, u64::from(reth.len)),
+                        Access::RemoteWrite,
+                    );
+                if !ok {
                     return;
                 }
                 self.resp.wr_va = reth.va;
@@ -754,7 +768,13 @@ where
         let placed = if is_send {
             match self.resp.recv {
                 Some(r) if off + payload.len() as u64 > r.capacity() => Err(Fault::Invalid),
-                Some(r) => wqe::scatter(env, &r, off, payload).map_err(|_| Fault::Operational),
+                Some(r) => wqe::scatter(env, &r, off, payload).map_err(|s| {
+                    if s == wqe::NOT_PRESENT {
+                        Fault::NotPresent
+                    } else {
+                        Fault::Operational
+                    }
+                }),
                 None => Err(Fault::Operational),
             }
         } else if off + payload.len() as u64 > self.resp.wr_len
@@ -771,9 +791,23 @@ where
                 payload,
                 Access::RemoteWrite,
             )
-            .map_err(|_| Fault::Access)
+            .map_err(|e| {
+                if e == MemError::NotPresent {
+                    Fault::NotPresent
+                } else {
+                    Fault::Access
+                }
+            })
         };
         if let Err(fault) = placed {
+            if fault == Fault::NotPresent {
+                // Nothing of this packet counts as received (`epsn`, `msg_off` and the
+                // receive WQE in `resp.recv` stay): RC asks for it again once its page is in,
+                // as a receive resource that is not ready (the requester waits the RNR timer
+                // and resends from this PSN); UC loses the message.
+                self.odp_miss(env, psn, end);
+                return;
+            }
             if fault == Fault::Access {
                 self.remote_access_error(env, scratch, psn, end);
                 return;
@@ -850,6 +884,52 @@ where
         }
         if rc && pkt.bth().ack_req {
             self.resp.ack_pending = Some(psn);
+        }
+    }
+
+    /// Whether a remote access may go on: the QP's right `qp_right` and the memory (`mem`:
+    /// rkey, address, length) for `acc`. Otherwise it has been answered: a page of an
+    /// on-demand-paging MR that is not present by [`Self::odp_miss`], anything else as an
+    /// access error. `at`: the packet's PSN and whether it ends its message.
+    fn remote_ok<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        at: (Psn, bool),
+        qp_right: u32,
+        mem: (u32, u64, u64),
+        acc: Access,
+    ) -> bool {
+        let (psn, end) = at;
+        let r = if self.cfg.access & qp_right == 0 {
+            Err(MemError::Access)
+        } else {
+            env.mem_check(mem.0, mem.1, mem.2, acc)
+        };
+        match r {
+            Ok(()) => true,
+            Err(MemError::NotPresent) => {
+                self.odp_miss(env, psn, end);
+                false
+            }
+            Err(_) => {
+                self.remote_access_error(env, scratch, psn, end);
+                false
+            }
+        }
+    }
+
+    /// A request met a page of an on-demand-paging MR that is not present (the shell has
+    /// queued its fault): nothing of the packet counts as received. RC answers with an RNR NAK
+    /// for its PSN, as for a receive resource that is not ready (the requester waits the RNR
+    /// timer and resends from this PSN; the request executes once, when it finds its pages);
+    /// UC loses the message.
+    fn odp_miss<E: Env>(&mut self, env: &mut E, psn: Psn, end: bool) {
+        self.stat(env, Stat::OdpMisses, 1);
+        if self.cfg.qp_type == QpType::Rc {
+            self.defer_nak(psn, Aeth::rnr_nak(self.resp.msn, self.cfg.min_rnr_timer));
+        } else {
+            self.uc_drop_msg(env, psn, end);
         }
     }
 

@@ -57,12 +57,15 @@ where
             return;
         }
         if reth.len != 0
-            && (self.cfg.access & access::REMOTE_READ == 0
-                || env
-                    .mem_check(reth.rkey, reth.va, u64::from(reth.len), Access::RemoteRead)
-                    .is_err())
+            && !self.remote_ok(
+                env,
+                scratch,
+                (psn, true),
+                access::REMOTE_READ,
+                (reth.rkey, reth.va, u64::from(reth.len)),
+                Access::RemoteRead,
+            )
         {
-            self.remote_access_error(env, scratch, psn, true);
             return;
         }
         let Some(seg) = Segmentation::new(reth.len, self.cfg.mtu) else {
@@ -102,12 +105,14 @@ where
             self.fail(env, scratch, psn, Fault::Invalid, None);
             return;
         }
-        if self.cfg.access & access::REMOTE_ATOMIC == 0
-            || env
-                .mem_check(a.rkey, a.va, 8, Access::RemoteAtomic)
-                .is_err()
-        {
-            self.remote_access_error(env, scratch, psn, true);
+        if !self.remote_ok(
+            env,
+            scratch,
+            (psn, true),
+            access::REMOTE_ATOMIC,
+            (a.rkey, a.va, 8),
+            Access::RemoteAtomic,
+        ) {
             return;
         }
         // Room for its acknowledge first: an atomic that cannot be answered is not executed.
@@ -125,6 +130,12 @@ where
         };
         let orig = match env.mem_atomic(a.rkey, a.va, op) {
             Ok(v) => v,
+            Err(MemError::NotPresent) => {
+                // Invalidated since the check above: not executed, asked for again.
+                self.resp.res_len -= 1;
+                self.odp_miss(env, psn, true);
+                return;
+            }
             Err(_) => {
                 self.resp.res_len -= 1;
                 self.remote_access_error(env, scratch, psn, true);
@@ -197,12 +208,14 @@ where
             self.fail(env, scratch, psn, Fault::Invalid, None);
             return;
         }
-        if self.cfg.access & access::REMOTE_WRITE == 0
-            || env
-                .mem_check(reth.rkey, reth.va, 8, Access::RemoteWrite)
-                .is_err()
-        {
-            self.remote_access_error(env, scratch, psn, true);
+        if !self.remote_ok(
+            env,
+            scratch,
+            (psn, true),
+            access::REMOTE_WRITE,
+            (reth.rkey, reth.va, 8),
+            Access::RemoteWrite,
+        ) {
             return;
         }
         let Some(i) = self.res_slot() else {
@@ -212,7 +225,13 @@ where
         let op = AtomicOp::Write {
             value: u64::from_ne_bytes(bytes),
         };
-        if env.mem_atomic(reth.rkey, reth.va, op).is_err() {
+        let done = env.mem_atomic(reth.rkey, reth.va, op);
+        if done == Err(MemError::NotPresent) {
+            self.resp.res_len -= 1;
+            self.odp_miss(env, psn, true);
+            return;
+        }
+        if done.is_err() {
             self.resp.res_len -= 1;
             self.remote_access_error(env, scratch, psn, true);
             return;
@@ -438,7 +457,13 @@ where
                         return Ok(());
                     }
                     env.mem_read(r.rkey, at, buf, Access::RemoteRead)
-                        .map_err(|_| wc_status::REM_ACCESS_ERR)
+                        .map_err(|e| {
+                            if e == MemError::NotPresent {
+                                wqe::NOT_PRESENT
+                            } else {
+                                wc_status::REM_ACCESS_ERR
+                            }
+                        })
                 })
             }
         };
@@ -452,6 +477,13 @@ where
                     self.resp.res[i].next = r.next;
                 }
                 out
+            }
+            Err(wqe::NOT_PRESENT) => {
+                // A page was invalidated under the READ (its fault is queued): owed again from
+                // this packet; the QP's work resumes it once the page is in.
+                self.stat(env, Stat::OdpMisses, 1);
+                self.resp.res[i].next = r.next;
+                Emit::Dropped
             }
             Err(_) => {
                 // The MR went away (or lost its rights) under the READ.

@@ -79,6 +79,11 @@ pub struct Side {
     pub tx_dropped: u32,
     /// FLUSHes executed.
     pub flushes: Vec<FlushDone>,
+    /// On-demand paging: byte ranges (key, address, length) whose pages are not present; an
+    /// access that touches one fails with [`MemError::NotPresent`] and is noted in
+    /// `odp_missed` (the shell queues its fault), which [`Pair::run`] then faults in.
+    pub odp_absent: Vec<(u32, u64, u64)>,
+    pub odp_missed: Vec<(u32, u64, u64)>,
 }
 
 /// A FLUSH the responder executed: (key, the range or `None` for the whole MR, the rights it
@@ -137,7 +142,33 @@ impl Side {
         if off + len > m.bytes.len() as u64 {
             return Err(MemError::Bounds);
         }
+        if self
+            .odp_absent
+            .iter()
+            .any(|&(k, a, l)| k == key && addr < a + l && a < addr + len.max(1))
+        {
+            self.odp_missed.push((key, addr, len));
+            return Err(MemError::NotPresent);
+        }
+        let m = self
+            .mrs
+            .iter_mut()
+            .find(|m| m.key == key && m.valid)
+            .ok_or(MemError::BadKey)?;
         Ok((m, off as usize))
+    }
+
+    /// The shell's fault work: makes present every absent range a miss touched; whether any
+    /// was.
+    pub fn odp_fault_in(&mut self) -> bool {
+        let missed = std::mem::take(&mut self.odp_missed);
+        let before = self.odp_absent.len();
+        self.odp_absent.retain(|&(k, a, l)| {
+            !missed
+                .iter()
+                .any(|&(mk, ma, ml)| mk == k && ma < a + l && a < ma + ml.max(1))
+        });
+        self.odp_absent.len() != before
     }
 }
 
@@ -630,6 +661,17 @@ impl Pair {
             }
             if let Some((b, fa)) = self.held.take() {
                 self.deliver(&b, fa);
+                continue;
+            }
+            // The work items that fault in what the data path missed (on-demand paging), then
+            // resume the QP (its requester runs at the top of the loop).
+            let faulted_a = self.sa.odp_fault_in();
+            let faulted_b = self.sb.odp_fault_in();
+            if faulted_a || faulted_b {
+                if faulted_b {
+                    self.b
+                        .run_responder(&mut self.sb, &mut self.scratch, self.resp_burst);
+                }
                 continue;
             }
             if self.sa.rnr_armed > 0 {
