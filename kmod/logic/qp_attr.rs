@@ -95,9 +95,11 @@ pub mod access {
 
     /// The bits [`super::validate`] accepts in `qp_access_flags`: [`QP_REMOTE`], plus
     /// `LOCAL_WRITE` (meaningless on a QP, but rdma-core users pass it and rxe accepts it),
-    /// plus the [`OPTIONAL`] range (ignored). Everything else is refused with `EINVAL`:
-    /// `MW_BIND`, `ZERO_BASED`, `ON_DEMAND`, `HUGETLB` and undefined bits.
-    pub const QP_ACCEPTED: u32 = QP_REMOTE | LOCAL_WRITE | OPTIONAL;
+    /// plus `ON_DEMAND` (an MR's flag, ignored on a QP: pyverbs' ODP tests pass their MR's
+    /// flags to the QP, and rdma_rxe and mlx5 take it), plus the [`OPTIONAL`] range (ignored).
+    /// Everything else is refused with `EINVAL`: `MW_BIND`, `ZERO_BASED`, `HUGETLB` and
+    /// undefined bits.
+    pub const QP_ACCEPTED: u32 = QP_REMOTE | LOCAL_WRITE | ON_DEMAND | OPTIONAL;
 }
 
 /// Device-wide limits a modify or create is checked against (`ib_device_attr` names).

@@ -224,6 +224,7 @@ pub unsafe extern "C" fn query_port(
 /// `poll_cq` must never be left to the dummy while CQs can be created: the dummy returns 95,
 /// which callers read as "95 completions".
 pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
+    advise_mr: Some(pd::advise_mr),
     alloc_mw: Some(mw::alloc_mw),
     alloc_pd: Some(pd::alloc_pd),
     attach_mcast: Some(qp::attach_mcast),

@@ -8,9 +8,9 @@ use core::mem::{offset_of, size_of_val};
 use core::ptr;
 
 use crate::abi::{
-    cmd_errno, ibv_cmd_alloc_pd, ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr, ibv_cmd_reg_mr, ibv_context,
-    ibv_mr, ibv_pd, rrxe_alloc_pd, rrxe_alloc_pd_resp, rrxe_reg_mr, rrxe_reg_mr_resp, set_errno,
-    verbs_mr, CBox, ZeroInit,
+    cmd_errno, ib_uverbs_advise_mr_advice, ibv_cmd_advise_mr, ibv_cmd_alloc_pd, ibv_cmd_dealloc_pd,
+    ibv_cmd_dereg_mr, ibv_cmd_reg_mr, ibv_context, ibv_mr, ibv_pd, ibv_sge, rrxe_alloc_pd,
+    rrxe_alloc_pd_resp, rrxe_reg_mr, rrxe_reg_mr_resp, set_errno, verbs_mr, CBox, ZeroInit,
 };
 use crate::log::trace;
 
@@ -140,6 +140,25 @@ pub unsafe extern "C" fn reg_mr(
         m.rkey
     );
     mr.into_raw().cast()
+}
+
+/// `verbs_context_ops::advise_mr` (`ibv_advise_mr`): the kernel prefetches the ranges of
+/// on-demand-paging MRs (`ibv_cmd_advise_mr`). Returns 0 or a positive errno, as
+/// `ibv_advise_mr` does.
+///
+/// # Safety
+/// Called by libibverbs only, with a PD of ours and `num_sge` SGEs at `sg_list`.
+pub unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: per the contract above; libibverbs' helper reads the SGEs and the PD's handle.
+    let ret = unsafe { ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sge) };
+    trace!("advise_mr({pd:p}, advice {advice}, flags {flags:#x}, {num_sge} SGEs) = {ret}");
+    ret
 }
 
 /// `verbs_context_ops::dereg_mr`: `ibv_cmd_dereg_mr`, then frees the MR (kept on failure).

@@ -68,6 +68,16 @@ for d in "${devs[@]}"; do
   echo "pyverbs: $d: $(( $(date +%s) - t0 )) s"
 done
 
+# On-demand paging under invalidation (issue 27, docs/odp.md): RDMA WRITE/READ/SEND through ODP
+# MRs whose pages are dropped (MADV_DONTNEED) and replaced (munmap + mmap), every byte checked.
+# Only where the device offers ODP (test_odp in the set).
+if [[ " $modules " == *" test_odp "* ]]; then
+  odp_out=$(timeout -k 5 120 "$py" "$here/odp-invalidate.py" --dev "$dut" 2>&1); odp_rc=$?
+  echo "$odp_out"
+  if [ "$odp_rc" = 0 ]; then pass "pyverbs.$dut.odp_invalidate"
+  else fail "pyverbs.$dut.odp_invalidate" "$(echo "$odp_out" | tail -5)"; fi
+fi
+
 # shellcheck disable=SC2086
 out=$("$py" "$here/pyverbs-run.py" compare --ref "$reftsv" --dut "$dut=$work/$dut.tsv" \
   --xfail "$here/pyverbs.xfail" --gaps "$here/pyverbs.gaps" $modules)

@@ -400,6 +400,16 @@ unsafe extern "C" {
     /// `MR_DESTROY` (ioctl, falling back to `DEREG_MR`).
     pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
 
+    /// `ADVISE_MR` (ioctl): the kernel's `advise_mr` on `num_sge` SGEs of `sg_list`. Returns 0
+    /// or a positive errno.
+    pub fn ibv_cmd_advise_mr(
+        pd: *mut ibv_pd,
+        advice: ib_uverbs_advise_mr_advice,
+        flags: u32,
+        sg_list: *mut ibv_sge,
+        num_sge: u32,
+    ) -> c_int;
+
     /// `ALLOC_MW` (write() or ioctl `INVOKE_WRITE`). Sets `mw->{context,pd,rkey,handle,type}`.
     pub fn ibv_cmd_alloc_mw(
         pd: *mut ibv_pd,
