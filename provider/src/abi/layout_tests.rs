@@ -140,6 +140,7 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
     let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };
     let expected: &[(&str, usize)] = &[
+        ("advise_mr", pd::advise_mr as *const () as usize),
         ("alloc_mw", mw::alloc_mw as *const () as usize),
         ("alloc_pd", pd::alloc_pd as *const () as usize),
         ("attach_mcast", qp::attach_mcast as *const () as usize),
