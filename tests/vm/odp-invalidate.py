@@ -9,7 +9,8 @@
 #   3. munmap + mmap at the same address (MAP_FIXED) of a target page and of a source page:
 #      a WRITE from the new source page lands in the new target page;
 #   4. a SEND into a receive buffer whose pages were just dropped;
-#   5. ibv_advise_mr prefetch of the target, then a WRITE.
+#   5. ibv_advise_mr prefetch of the target, then a WRITE;
+#   6. a WRITE into a target page the process unmapped: a remote access error, no hang.
 # Prints one line per step and "odp-invalidate: ok" when every byte matched; exits 1 otherwise.
 import argparse
 import ctypes
@@ -220,6 +221,26 @@ def main():
     fill(src, 0, f_)
     write(0, LEN)
     expect("write after prefetch", peek(dst, 0, LEN), f_)
+
+    # 6. A WRITE into a target page the process unmapped (no mapping left to fault in): the
+    #    fault fails, the responder answers a remote access error, nothing hangs (last: the
+    #    QPs go to ERR).
+    libc.munmap(dst + 7 * PAGE, PAGE)
+    wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(src, PAGE, smr.lkey)])
+    wr.set_wr_rdma(dmr.rkey, dst + 7 * PAGE)
+    cli.post_send(wr)
+    end = time.time() + 30
+    st = None
+    while st is None and time.time() < end:
+        nc, wcs = cq.poll(1)
+        if nc:
+            st = wcs[0].status
+    if st == e.IBV_WC_REM_ACCESS_ERR:
+        print("odp-invalidate: write into an unmapped page: remote access error", flush=True)
+    else:
+        failures.append("unmapped page")
+        print(f"odp-invalidate: write into an unmapped page: status {st}, want "
+              f"{e.IBV_WC_REM_ACCESS_ERR}", flush=True)
 
     for o in (smr, dmr, cli, srv, cq, pd, ctx):
         o.close()
