@@ -101,6 +101,12 @@ pub enum Stat {
     /// READ responses that arrived past a gap (reordered, or after a loss) and were placed
     /// at once instead of being asked for again.
     ReadResponsesAhead,
+    /// RDMA WRITE packets the responder placed past a gap (reordered, or after a loss) at
+    /// once; the expected PSN later moves over them without their being sent again.
+    WritePacketsAhead,
+    /// Requester: single packets sent again on a sequence NAK to a peer that places
+    /// out-of-order WRITE packets, instead of going back N.
+    SelectiveResends,
     /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
     /// recovered to the line rate).
     RateLimitedQps,
@@ -153,6 +159,8 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RatePaced,
     Stat::RtoExpiries,
     Stat::ReadResponsesAhead,
+    Stat::WritePacketsAhead,
+    Stat::SelectiveResends,
     Stat::RateLimitedQps,
 ];
 
@@ -200,6 +208,8 @@ pub const NAMES: [&str; COUNT] = [
     "rate_paced\0",
     "rto_expiries\0",
     "read_responses_ahead\0",
+    "write_packets_ahead\0",
+    "selective_resends\0",
     "rate_limited_qps\0",
 ];
 

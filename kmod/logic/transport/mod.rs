@@ -151,6 +151,8 @@ pub struct Details {
     pub srtt_us: u64,
     /// READ responses placed ahead of a gap in the front READ, not yet in order.
     pub reads_ahead: u32,
+    /// WRITE packets the responder placed past a hole, not yet in order.
+    pub writes_ahead: u32,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -494,6 +496,7 @@ where
         }
         if let Some(p) = rq_psn {
             self.resp.epsn = Psn::from_masked(p);
+            self.resp.ahead.clear();
         }
     }
 
@@ -546,6 +549,7 @@ where
             ssthresh: self.req.ssthresh,
             srtt_us: self.req.srtt_us,
             reads_ahead: self.req.ahead.count(),
+            writes_ahead: self.resp.ahead.count(),
         }
     }
 
