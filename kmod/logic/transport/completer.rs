@@ -288,7 +288,10 @@ where
             return;
         };
         match aeth.syndrome() {
-            Syndrome::Ack { .. } => self.ack_and_retry(env, psn),
+            Syndrome::Ack { .. } => {
+                self.learn_peer(psn, false);
+                self.ack_and_retry(env, psn)
+            }
             Syndrome::RnrNak { timer } => {
                 self.stat(env, Stat::RnrNaksRcvd, 1);
                 self.ack_through(env, psn.wrapping_sub(1));
@@ -308,6 +311,7 @@ where
             }
             Syndrome::Nak(NakCode::PsnSeqError) => {
                 self.stat(env, Stat::SeqNaksRcvd, 1);
+                let go_back = self.learn_peer(psn, true);
                 self.ack_through(env, psn.wrapping_sub(1));
                 // A NAK for a gap this retry already covers (a duplicate, or one that crossed
                 // our retransmission) changes nothing.
@@ -315,7 +319,14 @@ where
                     return;
                 }
                 self.req.retrying = true;
-                if self.spend_retry(env) {
+                if !self.spend_retry(env) {
+                    return;
+                }
+                // A peer that places WRITE packets past the gap needs only the missing one
+                // (the window stays open); one that may not goes back N.
+                if !go_back && self.req.acked == psn && self.selective_ok(psn) && self.resend_one(psn) {
+                    self.stat(env, Stat::SelectiveResends, 1);
+                } else {
                     // Once per episode (`retrying`): the window halves, and the go-back
                     // resends only what the smaller window holds.
                     self.req.shrink_window(false);

@@ -62,8 +62,11 @@ fn a_sequence_nak_resends_at_once_only_the_halved_window_and_once_per_episode() 
     // 200 packets in flight, the fourth lost. B NAKs the gap once; A goes back at once
     // (no timer), with the window halved from the 197 packets in flight past the 3 the NAK
     // acknowledges: it resends 98 packets, not the 197 it had sent from the gap on (before
-    // issue 28: the whole window, up to 512).
+    // issue 28: the whole window, up to 512). B is a go-back-N responder (rdma_rxe), known
+    // to be one.
     let mut p = Pair::new(QpType::Rc, 256);
+    p.b.set_place_ahead(false);
+    p.a.set_peer_mode(PeerMode::GoBackN);
     post_writes(&mut p, 4, 64 * 256);
     let first = send_held(&mut p, 200);
     assert_eq!(first.len(), 200);
@@ -115,8 +118,11 @@ fn a_sequence_nak_resends_at_once_only_the_halved_window_and_once_per_episode() 
 #[test]
 fn the_window_grows_back_slowly_above_the_threshold() {
     // After a NAK halved the window, each window's worth of acknowledged PSNs opens it by
-    // two packets (congestion avoidance), not by one per PSN (slow start).
+    // two packets (congestion avoidance), not by one per PSN (slow start). Against a
+    // go-back-N peer (a selective resend keeps the window as it is).
     let mut p = Pair::new(QpType::Rc, 256);
+    p.b.set_place_ahead(false);
+    p.a.set_peer_mode(PeerMode::GoBackN);
     post_writes(&mut p, 8, 64 * 256);
     let mut n = 0;
     p.drop_if = Some(Box::new(move |_, from_a| {

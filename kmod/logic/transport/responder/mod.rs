@@ -137,6 +137,9 @@ pub(super) struct Responder<R> {
     wr_first: Psn,
     /// WRITE packets placed past `epsn`, and their messages ([`ahead`]).
     pub(super) ahead: WriteAhead,
+    /// Packets past `epsn` are placed when they can be ([`ahead`]); off: dropped, as a
+    /// go-back-N responder does (tests model such a peer with it).
+    pub(super) place_ahead: bool,
     /// A NAK for `epsn` (sequence or RNR) was sent or is queued: later packets are dropped
     /// silently until `epsn` arrives (the requester's timer covers a lost NAK).
     nak_sent: bool,
@@ -192,6 +195,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             wr_len: 0,
             wr_first: Psn::ZERO,
             ahead: WriteAhead::default(),
+            place_ahead: true,
             nak_sent: false,
             uc_drop: false,
             ack_pending: None,
@@ -614,7 +618,7 @@ where
             }
             Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
-                if self.place_ahead(env, pkt) == Ahead::Duplicate {
+                if self.resp.place_ahead && self.place_ahead(env, pkt) == Ahead::Duplicate {
                     self.stat(env, Stat::DuplicateRequests, 1);
                 }
                 if !self.resp.nak_sent {
