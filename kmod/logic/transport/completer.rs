@@ -318,13 +318,25 @@ where
                 if self.state == QpState::Err || self.req.retrying {
                     return;
                 }
+                // A NAK inside the packets being sent again alone crossed them.
+                if self
+                    .req
+                    .sel_sent
+                    .is_some_and(|(from, end)| psn.after(from) && psn.before(end))
+                {
+                    return;
+                }
                 self.req.retrying = true;
                 if !self.spend_retry(env) {
                     return;
                 }
                 // A peer that places WRITE packets past the gap needs only the missing one
                 // (the window stays open); one that may not goes back N.
-                if !go_back && self.req.acked == psn && self.selective_ok(psn) && self.resend_one(psn) {
+                let sel = match self.selective_end(psn) {
+                    Some(end) if !go_back && self.req.acked == psn => self.resend_range(psn, end),
+                    _ => false,
+                };
+                if sel {
                     self.stat(env, Stat::SelectiveResends, 1);
                 } else {
                     // Once per episode (`retrying`): the window halves, and the go-back

@@ -101,11 +101,12 @@ pub(super) struct Requester {
     pub(super) ahead: ReadAhead,
     /// Whether the peer's responder places WRITE packets past a gap (see [`PeerMode`]).
     pub(super) peer: PeerMode,
-    /// A selective resend is under way: the send pointer to return to once the one packet
-    /// went out again (`sq.next`, `cur_pkt`, `psn`, `rd_atomic`).
-    pub(super) sel_resume: Option<(u32, u32, Psn, u32)>,
-    /// The PSN last sent again alone, until the answer that tells what the peer did with it.
-    pub(super) sel_sent: Option<Psn>,
+    /// A selective resend is under way: the send pointer to return to once the packets up to
+    /// the last field went out again (`sq.next`, `cur_pkt`, `psn`, `rd_atomic`, end PSN).
+    pub(super) sel_resume: Option<(u32, u32, Psn, u32, Psn)>,
+    /// The packets last sent again alone (first PSN, PSN after the last), until the answer
+    /// that tells what the peer did with them.
+    pub(super) sel_sent: Option<(Psn, Psn)>,
     /// Answers in a row that could come from a go-back-N peer ([`GBN_VOTES`]).
     pub(super) gbn_votes: u8,
 }
@@ -132,6 +133,9 @@ pub enum PeerMode {
 
 /// Answers in a row that a go-back-N peer would give before the peer is taken for one.
 pub(super) const GBN_VOTES: u8 = 2;
+/// The same, for a peer that seemed to place before (an answer that jumped may have come
+/// from a reordered packet of ours reaching a go-back-N peer late).
+pub(super) const PLACES_GBN_VOTES: u8 = 4;
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
 /// little per loss, and a smaller one would leave the path idle for a round trip at a time.
@@ -494,13 +498,16 @@ where
                 self.resend_dropped(psn, polled);
                 break;
             }
-            if let Some((next, cur_pkt, at, rd_atomic)) = self.req.sel_resume.take() {
-                // The one packet of a selective resend went out: back to where it was.
-                if at.after(self.req.psn) {
-                    self.sq.next = next;
-                    self.req.cur_pkt = cur_pkt;
-                    self.req.psn = at;
-                    self.req.rd_atomic = rd_atomic;
+            if let Some((next, cur_pkt, at, rd_atomic, end)) = self.req.sel_resume {
+                // The packets of a selective resend went out: back to where it was.
+                if !self.req.psn.before(end) {
+                    self.req.sel_resume = None;
+                    if at.after(self.req.psn) {
+                        self.sq.next = next;
+                        self.req.cur_pkt = cur_pkt;
+                        self.req.psn = at;
+                        self.req.rd_atomic = rd_atomic;
+                    }
                 }
             }
             if emitted == Emit::Congested {
@@ -1013,47 +1020,61 @@ where
     M: DerefMut<Target = [SqEntry]>,
     R: DerefMut<Target = [Resource]>,
 {
-    /// A sequence NAK for `psn` starts a recovery episode: whether the packet can be sent again
-    /// alone (the peer is not known to go back N, the packet is one of a WRITE's, no timeout
-    /// probe is under way).
-    pub(super) fn selective_ok(&self, psn: Psn) -> bool {
+    /// A sequence NAK for `psn` starts a recovery episode: what can be sent again alone, as
+    /// the PSN after it. The peer is not known to go back N, no timeout probe is under way,
+    /// and `psn` is a packet of an RDMA WRITE: a middle or last packet alone (the peer placed
+    /// the rest of the message it received), the first packet with its whole message (the
+    /// peer could place none of it without the RETH). Anything else goes back N.
+    pub(super) fn selective_end(&self, psn: Psn) -> Option<Psn> {
         if self.req.peer == PeerMode::GoBackN
             || self.req.probe.is_some()
             || !psn.before(self.req.high)
         {
-            return false;
+            return None;
         }
         let mut i = self.sq.done;
         while i != self.sq.head {
             let e = self.sq.entry(i);
             if !e.started {
-                return false;
+                return None;
             }
             if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
-                return e.kind == WrKind::Write;
+                if e.kind != WrKind::Write {
+                    return None;
+                }
+                let end = if psn == e.first_psn {
+                    // Not past what was sent.
+                    let end = e.first_psn.wrapping_add(e.npkts.max(1));
+                    if end.after(self.req.high) {
+                        self.req.high
+                    } else {
+                        end
+                    }
+                } else {
+                    psn.next()
+                };
+                return Some(end);
             }
             i = i.wrapping_add(1);
         }
-        false
+        None
     }
 
-    /// Sends the packet at `psn` again, alone, and then goes on from where the requester
-    /// stands (the window stays as it is).
-    pub(super) fn resend_one(&mut self, psn: Psn) -> bool {
-        let at = self.req.sel_resume.unwrap_or((
-            self.sq.next,
-            self.req.cur_pkt,
-            self.req.psn,
-            self.req.rd_atomic,
-        ));
+    /// Sends the packets from `psn` to before `end` again, and then goes on from where the
+    /// requester stands (the window stays as it is).
+    pub(super) fn resend_range(&mut self, psn: Psn, end: Psn) -> bool {
+        let at = self.req.sel_resume.map_or(
+            (self.sq.next, self.req.cur_pkt, self.req.psn, self.req.rd_atomic),
+            |(n, c, p, r, _)| (n, c, p, r),
+        );
         self.rewind(psn);
         if self.req.psn != psn {
             return false;
         }
         if at.2.after(psn) {
-            self.req.sel_resume = Some(at);
+            self.req.sel_resume = Some((at.0, at.1, at.2, at.3, end));
         }
-        self.req.sel_sent = Some(psn);
+        self.req.sel_sent = Some((psn, end));
         true
     }
 
@@ -1061,27 +1082,41 @@ where
     /// a selective resend. Returns true when this episode must go back N (the answer is one a
     /// go-back-N peer gives).
     pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) -> bool {
-        let Some(q) = self.req.sel_sent else {
+        let Some((_, end)) = self.req.sel_sent else {
             return false;
         };
         // An ACK names the last PSN received in order, a NAK the expected one.
         let expected = if nak { psn } else { psn.next() };
-        if expected.after(q.next()) {
+        if expected.after(end) {
             // Its expected PSN jumped past what it was sent again: it had placed the rest.
             self.req.peer = PeerMode::Places;
             self.req.gbn_votes = 0;
             self.req.sel_sent = None;
             return false;
         }
-        if !nak || expected != q.next() {
+        if !nak || expected != end {
             // The packet itself acknowledged, or a NAK for it again: nothing learnt yet.
             return false;
         }
         self.req.sel_sent = None;
         self.req.gbn_votes = self.req.gbn_votes.saturating_add(1);
-        if self.req.peer == PeerMode::Unknown && self.req.gbn_votes >= GBN_VOTES {
-            self.req.peer = PeerMode::GoBackN;
+        match self.req.peer {
+            // A peer that placed before lost the next packet too: that one alone again,
+            // unless it keeps answering like a go-back-N peer (its "jump" was a reordered
+            // packet of ours).
+            PeerMode::Places if self.req.gbn_votes < PLACES_GBN_VOTES => false,
+            PeerMode::Places | PeerMode::Unknown => {
+                let limit = if self.req.peer == PeerMode::Places {
+                    PLACES_GBN_VOTES
+                } else {
+                    GBN_VOTES
+                };
+                if self.req.gbn_votes >= limit {
+                    self.req.peer = PeerMode::GoBackN;
+                }
+                true
+            }
+            PeerMode::GoBackN => true,
         }
-        true
     }
 }

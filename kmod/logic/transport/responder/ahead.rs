@@ -446,7 +446,10 @@ where
             self.resp.epsn = p.next();
             moved = true;
         }
-        if !moved {
+        // A hole right after the packet a NAK asked for (the requester sent it again alone,
+        // or began going back N with it) is NAKed at once as well; after packets that a
+        // go-back-N requester is sending anyway, it is not.
+        if !moved && !(self.resp.nak_answered && self.resp.ahead.any_placed()) {
             return;
         }
         self.resp.nak_sent = false;

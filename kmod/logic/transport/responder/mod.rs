@@ -140,6 +140,8 @@ pub(super) struct Responder<R> {
     /// Packets past `epsn` are placed when they can be ([`ahead`]); off: dropped, as a
     /// go-back-N responder does (tests model such a peer with it).
     pub(super) place_ahead: bool,
+    /// The in-order packet being executed is the one a sequence or RNR NAK asked for.
+    nak_answered: bool,
     /// A NAK for `epsn` (sequence or RNR) was sent or is queued: later packets are dropped
     /// silently until `epsn` arrives (the requester's timer covers a lost NAK).
     nak_sent: bool,
@@ -196,6 +198,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             wr_first: Psn::ZERO,
             ahead: WriteAhead::default(),
             place_ahead: true,
+            nak_answered: false,
             nak_sent: false,
             uc_drop: false,
             ack_pending: None,
@@ -608,6 +611,7 @@ where
         let psn = pkt.bth().psn;
         match self.classify(psn, info.position.is_start()) {
             Arrival::InOrder => {
+                self.resp.nak_answered = self.resp.nak_sent;
                 self.resp.nak_sent = false;
                 self.resp.sweep_next = None;
                 if self.resp.reack_left > 0 {
