@@ -1064,7 +1064,12 @@ where
     /// requester stands (the window stays as it is).
     pub(super) fn resend_range(&mut self, psn: Psn, end: Psn) -> bool {
         let at = self.req.sel_resume.map_or(
-            (self.sq.next, self.req.cur_pkt, self.req.psn, self.req.rd_atomic),
+            (
+                self.sq.next,
+                self.req.cur_pkt,
+                self.req.psn,
+                self.req.rd_atomic,
+            ),
             |(n, c, p, r, _)| (n, c, p, r),
         );
         self.rewind(psn);

@@ -1664,7 +1664,11 @@ fn lossy_run_peer(
         .map(|(i, _)| i as u64)
         .collect();
     let got: Vec<u64> = p.sb.recv_cq.iter().map(|c| c.wr_id).collect();
-    prop_assert_eq!(got, recvs, "every SEND and WRITE_WITH_IMM delivered once, in order");
+    prop_assert_eq!(
+        got,
+        recvs,
+        "every SEND and WRITE_WITH_IMM delivered once, in order"
+    );
     for c in &p.sb.recv_cq {
         prop_assert_eq!(c.status, 0);
         prop_assert_eq!(c.imm_data, c.wr_id as u32);
@@ -1769,7 +1773,15 @@ fn long_lossy_runs_with_fixed_seeds() {
             .collect();
         lossy_run(seed, faults_named(seed as usize % 6), &ops, 1024).unwrap();
         lossy_run_clocked(seed, faults_named(seed as usize % 6), &ops, 1024, true).unwrap();
-        lossy_run_peer(seed, faults_named(seed as usize % 6), &ops, 1024, true, true).unwrap();
+        lossy_run_peer(
+            seed,
+            faults_named(seed as usize % 6),
+            &ops,
+            1024,
+            true,
+            true,
+        )
+        .unwrap();
     }
 }
 

@@ -14,15 +14,15 @@
 //! the expected one (a bitmap of 64 bytes). Anything beyond it is treated as before: a gap.
 
 use super::{Fault, InMsg, Resource};
+use crate::logic::transport::{
+    access, cqe, wc_flags, wc_opcode, wc_status, Access, CqSel, Engine, Env, RecvTake, SqEntry,
+    Stat, MAX_MSG,
+};
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
     qp_state::{QpState, QpType},
     wire::{self, Aeth, NakCode, Packet},
-};
-use crate::logic::transport::{
-    access, cqe, wc_flags, wc_opcode, wc_status, Access, CqSel, Engine, Env, RecvTake, SqEntry,
-    Stat, MAX_MSG,
 };
 use core::ops::DerefMut;
 
@@ -192,12 +192,20 @@ impl WriteAhead {
     }
 
     fn find_first(&self, first: Psn) -> Option<WriteCtx> {
-        self.ctx.iter().flatten().find(|c| c.first == first).copied()
+        self.ctx
+            .iter()
+            .flatten()
+            .find(|c| c.first == first)
+            .copied()
     }
 
     /// Updates the recorded message with first PSN `first` (its last packet was placed).
     pub(super) fn update(&mut self, c: WriteCtx) {
-        if let Some(slot) = self.ctx.iter_mut().find(|s| s.is_some_and(|s| s.first == c.first)) {
+        if let Some(slot) = self
+            .ctx
+            .iter_mut()
+            .find(|s| s.is_some_and(|s| s.first == c.first))
+        {
             *slot = Some(c);
         }
     }
@@ -410,10 +418,7 @@ where
                             // As in order: RNR NAK, and the last packet comes again.
                             self.stat(env, Stat::RxNoBuffer, 1);
                             self.resp.ahead.clear();
-                            self.defer_nak(
-                                p,
-                                Aeth::rnr_nak(self.resp.msn, self.cfg.min_rnr_timer),
-                            );
+                            self.defer_nak(p, Aeth::rnr_nak(self.resp.msn, self.cfg.min_rnr_timer));
                             return;
                         }
                         RecvTake::Bad => {
@@ -449,7 +454,11 @@ where
         // A hole right after the packet a NAK asked for (the requester sent it again alone,
         // or began going back N with it) is NAKed at once as well; after packets that a
         // go-back-N requester is sending anyway, it is not.
-        if !moved && !(self.resp.nak_answered && self.resp.ahead.any_placed()) {
+        let renak = self.resp.nak_answered
+            && self.resp.ahead.any_placed()
+            && self.resp.nak_pending.is_none();
+        if !moved && !renak {
+            // (A NAK already queued, such as the RNR NAK of the packet just received, stays.)
             return;
         }
         self.resp.nak_sent = false;
