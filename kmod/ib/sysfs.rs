@@ -142,7 +142,7 @@ unsafe extern "C" fn show_udp(
 ) -> isize {
     // SAFETY: sysfs passes the page buffer of `PAGE_SIZE` bytes, ours to fill for this call.
     let out = unsafe { core::slice::from_raw_parts_mut(buf, kernel::page::PAGE_SIZE) };
-    crate::logic::kv::write_lines(out, super::udp::counters().lines()) as isize
+    crate::logic::kv::write_lines(out, super::udp::counters()) as isize
 }
 
 /// # Safety
