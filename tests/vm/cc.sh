@@ -13,6 +13,14 @@
 #              data arrives intact (rrxe-integrity, RC)
 #   ecn_off    with `ecn 0` on rrxe0 its packets leave not ECN-capable: netem drops them instead
 #              of marking (RC recovers, the data arrives intact), no CE, no CNP
+#   incast     RRXE_CC_INCAST_N (4) senders on rrxe0 write into rrxe1 at once (rrxe-incast, one
+#              QP each, 4 x 64 KiB outstanding, RRXE_CC_INCAST_SECS 20 s) through a bottleneck
+#              that marks: tbf at RRXE_CC_INCAST_RATE (8mbit) with red `ecn` under it, veth MTU
+#              9000 (RoCE MTU 4096), the DCQCN settings scaled for TCG (docs/congestion-
+#              control.md; scripts/bench-incast-guest uses the same). The senders keep more in
+#              flight than red holds, so only their rate keeps the queue short: red marked
+#              (the bottleneck was congested), the senders cut their rates, red and tbf dropped
+#              nothing, and every byte of every WRITE arrived in place (--verify)
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/cc.sh
 . "$(dirname "$0")/lib.sh"
@@ -71,6 +79,50 @@ check cc.ecn_off.no_cnps test "$(d rrxe1 o1 tx_cnps o0)" = 0
 echo 'ecn 1' > "$f"
 
 tc qdisc del dev veth0 root 2>/dev/null
+
+# --- incast: N senders, one receiver, DCQCN on, nothing dropped
+IN=${RRXE_CC_INCAST_N:-4}
+IRATE=${RRXE_CC_INCAST_RATE:-8mbit}
+ISECS=${RRXE_CC_INCAST_SECS:-20}
+ILIMIT=400000
+tcg_dcqcn="np_min_time_between_cnps=5000 rp_rate_reduce_monitor_period=5000 rp_dce_tcp_rtt=5000 rp_time_reset=50000 rp_byte_reset=131072 rp_ai_rate=1 rp_hai_rate=2 rp_threshold=5"
+set_dcqcn() {  # set_dcqcn NAME=VALUE...: on both devices
+  local kv
+  for kv in "$@"; do
+    echo "${kv%%=*} ${kv#*=}" > "$f" && ip netns exec peer sh -c "echo '${kv%%=*} ${kv#*=}' > /sys/class/infiniband/rrxe1/dcqcn" || return 1
+  done
+}
+# shellcheck disable=SC2086
+check cc.incast.settings set_dcqcn $tcg_dcqcn
+ip link set veth0 mtu 9000; ip -n peer link set veth1 mtu 9000
+incast_bottleneck() {
+  tc qdisc replace dev veth0 root handle 1: tbf rate "$IRATE" burst 9000 limit $ILIMIT &&
+    tc qdisc add dev veth0 parent 1:1 handle 10: red limit $ILIMIT min 20000 max 60000 avpkt 4200 \
+      burst 15 probability 0.2 bandwidth "$IRATE" ecn
+}
+check cc.incast.bottleneck incast_bottleneck
+wait_for 20 bash -c '[ "$(active_mtu rrxe0)" = 4096 ] && [ "$(active_mtu rrxe1)" = 4096 ]' ||
+  log "RoCE MTU still $(active_mtu rrxe0) after the veth MTU change"
+snap i0
+if timeout -k 5 $((ISECS + 150)) "$bin/rrxe-incast" --dev "$DEV0" --dev2 "$DEV1" --qps "$IN" --depth 4 \
+    --secs "$ISECS" --interval-ms 1000 --verify > /tmp/cc.incast.out 2>&1; then
+  pass cc.incast.every_byte_arrived
+else
+  fail cc.incast.every_byte_arrived "$(grep -E '^(FAIL|DONE)' /tmp/cc.incast.out | tail -3)"
+fi
+snap i1
+grep -E '^(DONE|START)' /tmp/cc.incast.out | sed 's/^/    /'
+qs=$(tc -s qdisc show dev veth0)
+echo "$qs" | sed 's/^/    /'
+idrops=$(echo "$qs" | awk '/dropped/ { for (i = 1; i <= NF; i++) if ($i == "(dropped") { v = $(i+1); sub(",", "", v); s += v } } END { print s + 0 }')
+imarks=$(echo "$qs" | awk '/marked/ { for (i = 1; i <= NF; i++) if ($i == "marked") s += $(i+1) } END { print s + 0 }')
+icuts=$(d rrxe0 i1 rate_cuts i0)
+log "incast: $IN senders through tbf $IRATE + red ecn: red marked $imarks, dropped $idrops (tbf and red); rrxe0 rx_cnps $(d rrxe0 i1 rx_cnps i0) rate_cuts $icuts retransmits $(d rrxe0 i1 retransmits i0)"
+check cc.incast.congested_marked test "$imarks" -gt 0
+check cc.incast.rates_cut test "$icuts" -gt 0
+check cc.incast.nothing_dropped test "$idrops" = 0
+tc qdisc del dev veth0 root 2>/dev/null
+ip link set veth0 mtu 1500; ip -n peer link set veth1 mtu 1500
 del_links rrxe
 check cc.module_unloads bash -c 'wait_for() { local e=$(( $(date +%s) + 20 )); until rmmod rrxe 2>/dev/null; do [ $(date +%s) -ge $e ] && return 1; sleep 0.5; done; }; wait_for'
 summary
