@@ -74,7 +74,7 @@ fn parse() -> Result<Opts, String> {
     }
     if !(1..=64).contains(&o.qps)
         || !(8..=1 << 24).contains(&o.size)
-        || o.size % 8 != 0
+        || !o.size.is_multiple_of(8)
         || !(1..=64).contains(&o.depth)
         || o.secs.is_nan()
         || o.secs < 0.0
