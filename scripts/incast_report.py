@@ -107,13 +107,15 @@ def parse(path):
                 r.q.append((w - s0, d))
         for w, items in r._r_raw:
             m = {}
-            for it in items:
-                p = it.split(":")
-                if len(p) != 3 or not p[0].isdigit() or int(p[0]) not in r.qpn:
+            for rec in " ".join(items).split(" | "):
+                t = rec.split()
+                kv = {t[i]: t[i + 1] for i in range(len(t) - 1)}
+                q = kv.get("lqpn", "")
+                if not q.isdigit() or int(q) not in r.qpn:
                     continue
-                rate = LINE_MBPS if p[1] == "-" else int(p[1]) / 1000.0
-                srtt = None if p[2] == "-" else int(p[2]) / 1000.0
-                m[r.qpn[int(p[0])]] = (rate, srtt)
+                rate = int(kv["dcqcn_rate_kbps"]) / 1000.0 if "dcqcn_rate_kbps" in kv else LINE_MBPS
+                srtt = int(kv["drv_srtt_us"]) / 1000.0 if kv.get("drv_srtt_us", "").isdigit() else None
+                m[r.qpn[int(q)]] = (rate, srtt)
             r.r.append((w - s0, m))
     return runs, order, info
 

@@ -251,7 +251,7 @@ class Panel:
         for xs, ys, c, w in self.series:
             prev = None
             for x, y in zip(xs, ys):
-                if y is None:
+                if y is None or not xa <= x <= xb:
                     prev = None
                     continue
                 p = (px(x), py(min(max(y, ya), yb)))

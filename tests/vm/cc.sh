@@ -3,8 +3,8 @@
 # marks. In a --bare guest: topology A of tests/vm/rel-lib.sh (rrxe0 on veth0 in init_net,
 # rrxe1 on veth1 in netns "peer"); veth0's egress is the bottleneck: netem at RRXE_CC_RATE
 # (20mbit) with RRXE_CC_MARK (2%) of packets "lost" and `ecn`, which marks an ECN-capable
-# packet Congestion Experienced instead of dropping it (and drops the others). (The test kernel
-# has netem but no tbf, fq_codel or red.)
+# packet Congestion Experienced instead of dropping it (and drops the others). The incast step
+# uses tbf and red (in the kernel config since issue 29's benchmark).
 #   settings   /sys/class/infiniband/DEV/dcqcn shows every setting, takes `name value`, and
 #              refuses an unknown name or a value out of range with EINVAL, changing nothing
 #   marked     RC traffic rrxe0 -> rrxe1 through the bottleneck: rrxe1 counts CE arrivals (so
