@@ -31,10 +31,10 @@ def parse_tc(text):
     bl = re.search(r"backlog (\S+) ", root + " ")
     dr = re.search(r"\(dropped (\d+),", root)
     out = {"backlog": size(bl.group(1)) if bl else 0, "dropped": int(dr.group(1)) if dr else 0,
-           "marked": 0, "early": 0, "pdrop": 0}
+           "marked": 0, "early": 0, "pdrop": 0, "other": 0}
     for p in parts[1:]:
         if p.startswith("qdisc red"):
-            for k in ("marked", "early", "pdrop"):
+            for k in ("marked", "early", "pdrop", "other"):
                 m = re.search(k + r" (\d+)", p)
                 if m:
                     out[k] = int(m.group(1))
@@ -166,7 +166,11 @@ def summarize(r, rate, secs):
                  backlog_mean=statistics.mean(d["backlog"] for d in qs))
     if r.q:
         last = r.q[-1][1]
-        s.update(drops=last["dropped"], marks=last["marked"], early=last["early"], pdrop=last["pdrop"])
+        # With `ecn`, red marks an ECN-capable packet where it would drop it: rrxe's packets
+        # (all ECT) are lost only to the full queue (pdrop) or "other"; "early" drops are of
+        # packets that are not ECN-capable (ARP, IPv6 neighbour discovery).
+        s.update(drops=last["pdrop"] + last["other"], alldrops=last["dropped"], marks=last["marked"],
+                 early=last["early"], pdrop=last["pdrop"])
     srtts = [v[1] for t, m in r.r if w0 <= t <= w1 for v in m.values() if v[1] is not None]
     if srtts:
         s["srtt"] = statistics.median(srtts)
@@ -241,10 +245,13 @@ def main():
     if caps:
         print("Lossless goodput without the bottleneck (the guest's own limit): " + ", ".join(
             f"N={c['n']}: {fmt(c.get('agg'))} Mb/s" for c in caps) + ".\n")
-    print("Figures over the measured window (the last 2/3 of each run); drops and marks over the whole run.")
+    print("Figures over the measured window (the last 2/3 of each run); drops and marks over the whole run:")
+    print("RoCE drops are red's full-queue drops (with `ecn` red marks an ECN-capable packet instead of")
+    print("dropping it, and rrxe's are all ECN-capable); `+ not ECT`: the packets red dropped early because")
+    print("they were not ECN-capable (ARP, IPv6 neighbour discovery), not rrxe's.")
     print("Queueing delay: the bottleneck's backlog samples divided by its rate; srtt: the senders' "
           "smoothed RTT (rrxe's own estimate), median of the samples.\n")
-    print("| N | CC | goodput Mb/s | of bottleneck | drops | ECN marks | queue delay mean / p95 ms | srtt ms | Jain | per sender Mb/s | CNPs | rate cuts |")
+    print("| N | CC | goodput Mb/s | of bottleneck | RoCE drops (+ not ECT) | ECN marks | queue delay mean / p95 ms | srtt ms | Jain | per sender Mb/s | CNPs | rate cuts |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in ns:
         for m in ("off", "on"):
@@ -255,7 +262,7 @@ def main():
             per = " ".join(f"{x:.2f}" for x in s.get("per", []))
             c = s["ctr"]
             fail = " (FAILED: " + "; ".join(s["fails"]) + ")" if s["fails"] else ""
-            print(f"| {n} | {m} | {fmt(s.get('agg'), '.2f')}{fail} | {share} | {s.get('drops', '-')} | "
+            print(f"| {n} | {m} | {fmt(s.get('agg'), '.2f')}{fail} | {share} | {s.get('drops', '-')} (+{s.get('early', '-')}) | "
                   f"{s.get('marks', '-')} | {fmt(s.get('qmean'))} / {fmt(s.get('qp95'))} | "
                   f"{fmt(s.get('srtt'), '.0f')} | {fmt(s.get('jain'), '.3f')} | {per} | "
                   f"{c.get('rrxe0.rx_cnps', 0)} | {c.get('rrxe0.rate_cuts', 0)} |")
