@@ -107,6 +107,11 @@ def parse(path):
                 r.q.append((w - s0, d))
         for w, items in r._r_raw:
             m = {}
+            if items and items[0].count(":") == 2:
+                # The compact form of the first runs: qpn:rate kbit/s or -:srtt us
+                items = " | ".join("lqpn {} {} drv_srtt_us {}".format(
+                    q, "" if r == "-" else f"dcqcn_rate_kbps {r}", t)
+                    for q, r, t in (it.split(":") for it in items if it.count(":") == 2)).split()
             for rec in " ".join(items).split(" | "):
                 t = rec.split()
                 kv = {t[i]: t[i + 1] for i in range(len(t) - 1)}
@@ -240,6 +245,8 @@ def main():
     ns = sorted({n for (m, n) in order if m != "cap"})
     print(f"# Incast with DCQCN ({day}, {commit}, {kernel} kernel)\n")
     print(f"`scripts/bench-incast` ({info.get('head', '?')}).\n")
+    if os.environ.get("RRXE_INCAST_NOTE"):
+        print(os.environ["RRXE_INCAST_NOTE"] + "\n")
     print(f"DCQCN settings of the senders' device: `{info.get('dcqcn', '?')}` (rates in Mb/s, times in µs).\n")
     caps = [S[k] for k in order if k[0] == "cap"]
     if caps:
