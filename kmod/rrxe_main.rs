@@ -9,7 +9,9 @@
 use kernel::{prelude::*, sync::Arc};
 
 mod ib;
-#[allow(dead_code, unreachable_pub)]
+// `logic` is also the host tests' library, so its items are `pub`; host-only items carry their
+// own `expect(dead_code)` (under `cfg(MODULE)`).
+#[allow(unreachable_pub)]
 mod logic;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../uapi/src/rrxe_abi.rs"]
@@ -55,7 +57,7 @@ impl kernel::Module for RrxeModule {
         // First: sockets may be opened as soon as a device exists.
         let netns_exit = KBox::pin_init(ib::udp::NetnsExit::new(), GFP_KERNEL)?;
         let rxtable = ib::rxtable::RxTable::new()?;
-        let registry = Registry::<Rrxe>::new(module)?;
+        let registry = ib::driver::registry::<Rrxe>(module)?;
         let notifier = KBox::pin_init(NetdevNotifier::new(registry.clone()), GFP_KERNEL)?;
         let links = LinkRegistration::new(Arc::new(Links::new(registry.clone()), GFP_KERNEL)?)?;
         pr_info!("loaded (uABI {})\n", uapi::UABI_VERSION);

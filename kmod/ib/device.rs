@@ -13,10 +13,10 @@
 
 use super::bindings as b;
 use super::kmem::{KernelVirt, MappedPage};
-use super::kverbs::{KSendWr, Wc};
 use super::netdev::{NetDev, NetDevRef, NetdevEvent, NetdevHandler};
 use super::objects::{
-    AddressVector, CqInit, CqRef, MrArgs, MrKeys, Obj, QpInit, QpRef, QpSnapshot, SrqAttr, SrqRef,
+    AddressVector, CqInit, CqRef, KSendWr, MrArgs, MrKeys, Obj, QpInit, QpRef, QpSnapshot, SrqAttr,
+    SrqRef, Wc,
 };
 use super::restrack::ResTable;
 use super::udata::Udata;
@@ -33,7 +33,6 @@ use kernel::{
     rbtree::RBTree,
     sync::{Arc, Mutex},
     types::{Opaque, ScopeGuard},
-    ThisModule,
 };
 
 /// Plain-data attribute structs the driver fills in (no pointers inside).
@@ -220,7 +219,7 @@ pub(crate) trait IbDriver: Sized + Send + Sync + 'static {
     fn mr_map_page(dev: &Device<Self>, mr: &Self::Mr, page: MappedPage) -> Result;
     /// Queues one send WR of a kernel consumer (any context but hard IRQ); `ENOMEM` when the
     /// SQ is full.
-    fn post_send_kernel(dev: &Device<Self>, qp: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result;
+    fn post_send_kernel(dev: &Device<Self>, qp: &Self::Qp, wr: &KSendWr<'_, Self::Ah>) -> Result;
     /// Processes what a kernel consumer's `post_send` queued (must not sleep).
     fn kernel_doorbell(dev: &Device<Self>, qp: &Self::Qp);
     /// Queues one receive WR of a kernel consumer; `ENOMEM` when the RQ is full.
@@ -362,11 +361,16 @@ impl<T: IbDriver> Device<T> {
             addr_of_mut!((*this).registry).write(registry.clone());
         }
         // INVARIANT: every Rust field is initialised; `dealloc_driver` is installed next.
-        let ops = Self::ops(registry.module, id.uverbs_abi_ver);
+        // The uverbs ABI version is the device's; ib_core takes a non-zero one from any table.
+        let abi = b::ib_device_ops {
+            uverbs_abi_ver: id.uverbs_abi_ver,
+            ..Default::default()
+        };
         // SAFETY: `raw` is a live, unregistered device that we own exclusively until
-        // registration; `ib_set_device_ops` copies `ops`.
+        // registration; `ib_set_device_ops` copies the tables' entries.
         unsafe {
-            b::ib_set_device_ops(raw, &ops);
+            b::ib_set_device_ops(raw, &registry.ops.0);
+            b::ib_set_device_ops(raw, &abi);
             (*raw).node_type = b::RDMA_NODE_IB_CA as u8;
             // Commands ib_core does not enable by default: the send doorbell and CQ arming.
             (*raw).uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
@@ -401,36 +405,10 @@ impl<T: IbDriver> Device<T> {
         Ok(())
     }
 
-    fn ops(module: &'static ThisModule, uverbs_abi_ver: u32) -> b::ib_device_ops {
-        let mut ops = b::ib_device_ops {
-            owner: module.as_ptr().cast(),
-            driver_id: b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
-            uverbs_abi_ver,
-            ..Default::default()
-        };
-        ops.size_ib_ucontext = size_of::<Ucontext<T>>();
-        ops.device_group = super::sysfs::device_group::<T>();
-        ops.dealloc_driver = Some(Self::dealloc_driver_callback);
-        ops.query_device = Some(Self::query_device_callback);
-        ops.query_port = Some(Self::query_port_callback);
-        ops.get_port_immutable = Some(Self::get_port_immutable_callback);
-        ops.get_link_layer = Some(Self::get_link_layer_callback);
-        ops.query_pkey = Some(Self::query_pkey_callback);
-        ops.alloc_ucontext = Some(Self::alloc_ucontext_callback);
-        ops.dealloc_ucontext = Some(Self::dealloc_ucontext_callback);
-        ops.disassociate_ucontext = Some(Self::disassociate_ucontext_callback);
-        ops.mmap = Some(Self::mmap_callback);
-        ops.mmap_free = Some(super::ring::mmap_free);
-        ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_callback);
-        ops.get_hw_stats = Some(Self::get_hw_stats_callback);
-        super::ops::fill_ops::<T>(&mut ops);
-        ops
-    }
-
     /// # Safety
     ///
     /// Called once by ib_core, for a device created by `register`, before freeing it.
-    unsafe extern "C" fn dealloc_driver_callback(ibdev: *mut b::ib_device) {
+    pub(super) unsafe extern "C" fn dealloc_driver_callback(ibdev: *mut b::ib_device) {
         let this = ibdev.cast::<Self>();
         // SAFETY: the fields are initialised (type invariant) and this is the only drop.
         unsafe {
@@ -444,7 +422,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core with a live device and valid pointers.
-    unsafe extern "C" fn query_device_callback(
+    pub(super) unsafe extern "C" fn query_device_callback(
         ibdev: *mut b::ib_device,
         attr: *mut b::ib_device_attr,
         udata: *mut b::ib_udata,
@@ -461,7 +439,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core with a live device and a writable attr.
-    unsafe extern "C" fn query_port_callback(
+    pub(super) unsafe extern "C" fn query_port_callback(
         ibdev: *mut b::ib_device,
         port: u32,
         attr: *mut b::ib_port_attr,
@@ -477,7 +455,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core with a live device and a writable `immutable`.
-    unsafe extern "C" fn get_port_immutable_callback(
+    pub(super) unsafe extern "C" fn get_port_immutable_callback(
         ibdev: *mut b::ib_device,
         port: u32,
         immutable: *mut b::ib_port_immutable,
@@ -494,7 +472,7 @@ impl<T: IbDriver> Device<T> {
         })
     }
 
-    extern "C" fn get_link_layer_callback(
+    pub(super) extern "C" fn get_link_layer_callback(
         _ibdev: *mut b::ib_device,
         _port: u32,
     ) -> b::rdma_link_layer {
@@ -504,7 +482,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core with a live device and a writable `pkey`.
-    unsafe extern "C" fn query_pkey_callback(
+    pub(super) unsafe extern "C" fn query_pkey_callback(
         ibdev: *mut b::ib_device,
         port: u32,
         index: u16,
@@ -524,7 +502,7 @@ impl<T: IbDriver> Device<T> {
     ///
     /// Called by uverbs with a zeroed `Ucontext<T>` block (`size_ib_ucontext`) whose `device`
     /// is set, and the command's udata.
-    unsafe extern "C" fn alloc_ucontext_callback(
+    pub(super) unsafe extern "C" fn alloc_ucontext_callback(
         uctx: *mut b::ib_ucontext,
         udata: *mut b::ib_udata,
     ) -> i32 {
@@ -544,7 +522,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by uverbs once, for a context whose `alloc_ucontext` succeeded.
-    unsafe extern "C" fn dealloc_ucontext_callback(uctx: *mut b::ib_ucontext) {
+    pub(super) unsafe extern "C" fn dealloc_ucontext_callback(uctx: *mut b::ib_ucontext) {
         // SAFETY: `ctx` was initialised by `alloc_ucontext_callback` and is dropped only here.
         unsafe { (*uctx.cast::<Ucontext<T>>()).ctx.assume_init_drop() };
     }
@@ -552,12 +530,12 @@ impl<T: IbDriver> Device<T> {
     /// Device removal with the context still open: rrxe keeps no hardware state behind a
     /// context, and uverbs destroys the context's objects and mappings itself, so there is
     /// nothing to detach.
-    extern "C" fn disassociate_ucontext_callback(_uctx: *mut b::ib_ucontext) {}
+    pub(super) extern "C" fn disassociate_ucontext_callback(_uctx: *mut b::ib_ucontext) {}
 
     /// # Safety
     ///
     /// Called by uverbs with a live context and the caller's new VMA.
-    unsafe extern "C" fn mmap_callback(
+    pub(super) unsafe extern "C" fn mmap_callback(
         uctx: *mut b::ib_ucontext,
         vma: *mut b::vm_area_struct,
     ) -> i32 {
@@ -592,7 +570,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// Called by ib_core for a live device, once per port, in process context.
-    unsafe extern "C" fn alloc_hw_port_stats_callback(
+    pub(super) unsafe extern "C" fn alloc_hw_port_stats_callback(
         _ibdev: *mut b::ib_device,
         _port: u32,
     ) -> *mut b::rdma_hw_stats {
@@ -612,7 +590,7 @@ impl<T: IbDriver> Device<T> {
     /// Called by ib_core for a live device with a `stats` struct from
     /// `alloc_hw_port_stats_callback` (its lock held), for port `port` (0 for device stats,
     /// which we do not provide).
-    unsafe extern "C" fn get_hw_stats_callback(
+    pub(super) unsafe extern "C" fn get_hw_stats_callback(
         ibdev: *mut b::ib_device,
         hw: *mut b::rdma_hw_stats,
         port: u32,
@@ -643,7 +621,7 @@ impl<T: IbDriver> Device<T> {
 /// A user context: `ib_ucontext` (allocated by uverbs, `size_ib_ucontext` bytes) with the
 /// driver's context after it.
 #[repr(C)]
-struct Ucontext<T: IbDriver> {
+pub(super) struct Ucontext<T: IbDriver> {
     ibuc: Opaque<b::ib_ucontext>,
     ctx: MaybeUninit<T::Context>,
 }
@@ -664,17 +642,28 @@ struct Entry {
 pub(crate) struct Registry<T: IbDriver> {
     #[pin]
     devices: Mutex<RBTree<usize, Entry>>,
-    module: &'static ThisModule,
+    ops: DeviceOps,
     _driver: core::marker::PhantomData<fn() -> T>,
 }
 
+/// The `ib_device_ops` table a [`Registry`] installs in each of its devices (built by
+/// [`super::driver::registry`]).
+pub(super) struct DeviceOps(pub(super) b::ib_device_ops);
+
+// SAFETY: the table is never written after it is built; it holds function pointers, the
+// module pointer and a pointer to a static attribute group, all valid on any thread for the
+// module's lifetime.
+unsafe impl Send for DeviceOps {}
+// SAFETY: as above: shared access only reads (copies) the table.
+unsafe impl Sync for DeviceOps {}
+
 impl<T: IbDriver> Registry<T> {
-    /// An empty registry whose devices will be owned by `module`.
-    pub(crate) fn new(module: &'static ThisModule) -> Result<Arc<Self>> {
+    /// An empty registry whose devices get `ops`.
+    pub(super) fn new(ops: DeviceOps) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 devices <- new_mutex!(RBTree::new(), "rrxe:devices"),
-                module,
+                ops,
                 _driver: core::marker::PhantomData,
             }),
             GFP_KERNEL,

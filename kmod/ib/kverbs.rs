@@ -11,48 +11,11 @@
 use super::bindings as b;
 use super::device::{dev, AhObj, CqObj, IbDriver, MrObj, PdObj, QpObj, SrqObj};
 use super::kmem::{self, KernelConsumer, KernelVirt, MappedPage};
-use super::objects::{MrKeys, Owner};
+use super::objects::{KSendWr, MrKeys, Owner, QpHandle, Wc};
 use crate::logic::limits as lim;
 use crate::uapi::{self, wr_opcode, SendWqe, Sge};
 use core::{mem::MaybeUninit, ptr};
 use kernel::{prelude::*, types::Opaque};
-
-/// One send work request of a kernel consumer, checked for form (opcode, flags, SGE count,
-/// inline size) but not yet against the QP's caps, which the driver applies.
-pub(crate) struct KSendWr<'a, T: IbDriver> {
-    /// The WQE header as a user slot would carry it (`num_sge` / `inline_len` filled).
-    pub(crate) wqe: SendWqe,
-    /// The gather list (empty with inline data).
-    pub(crate) sges: &'a [Sge],
-    /// The inline payload, already copied out of the consumer's buffers.
-    pub(crate) inline: &'a [u8],
-    /// UD and GSI: the address handle.
-    pub(crate) ah: Option<&'a T::Ah>,
-}
-
-/// The `ib_qp` a completion belongs to, as the data path knows it (from the QP's event
-/// reference): only this layer can make or read one.
-#[derive(Clone, Copy)]
-pub(crate) struct QpHandle(pub(super) *mut b::ib_qp);
-
-// SAFETY: the driver only stores and copies the pointer (a kernel CQ records it per completion
-// when the completion is written, as rdma_rxe does); only ib_core's consumer dereferences it,
-// in `ib_wc.qp`.
-unsafe impl Send for QpHandle {}
-
-impl Default for QpHandle {
-    fn default() -> Self {
-        QpHandle(ptr::null_mut())
-    }
-}
-
-/// A completion for a kernel consumer, in libibverbs' numbering (the same values as ib_core's
-/// `ib_wc_status` and `ib_wc_opcode`; flags are converted here).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Wc {
-    pub(crate) cqe: uapi::Cqe,
-    pub(crate) qp: QpHandle,
-}
 
 /// Installs the kernel-consumer ops.
 pub(super) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
@@ -112,7 +75,7 @@ unsafe fn read_send_wr<'a, T: IbDriver>(
     ud: bool,
     sge_buf: &'a mut [Sge; lim::MAX_SGE as usize],
     inline_buf: &'a mut [u8; lim::MAX_INLINE_DATA as usize],
-) -> Result<KSendWr<'a, T>> {
+) -> Result<KSendWr<'a, T::Ah>> {
     // SAFETY: per the contract above.
     // Read unaligned: ib_isert keeps its send WR inside a `__packed` descriptor (`struct
     // iser_tx_desc`), 4-byte aligned; a Rust reference there is undefined (and panics).

@@ -10,6 +10,7 @@
 pub(crate) mod bh;
 pub(crate) mod bindings;
 pub(crate) mod device;
+pub(crate) mod driver;
 pub(crate) mod inflight;
 pub(crate) mod kmem;
 pub(crate) mod kverbs;
@@ -22,12 +23,12 @@ pub(crate) mod ring;
 pub(crate) mod route;
 pub(crate) mod rxtable;
 pub(crate) mod sysfs;
-#[allow(dead_code)] // used by the transport engine
+
 pub(crate) mod timer;
 pub(crate) mod udata;
-#[allow(dead_code)] // used by the transport engine
+
 pub(crate) mod udp;
-#[allow(dead_code)] // used by the transport engine
+
 pub(crate) mod umem;
 pub(crate) mod work;
 

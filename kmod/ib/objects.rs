@@ -12,6 +12,7 @@ use super::bindings as b;
 use super::kmem::KernelConsumer;
 use super::udata::Udata;
 use crate::logic::qp_attr::QpCap;
+use crate::uapi::{self, SendWqe, Sge};
 use core::{mem::MaybeUninit, ptr};
 use kernel::types::Opaque;
 
@@ -402,4 +403,44 @@ pub(super) fn cap_to_raw(c: &QpCap, out: &mut b::ib_qp_cap) {
     out.max_send_sge = c.max_send_sge;
     out.max_recv_sge = c.max_recv_sge;
     out.max_inline_data = c.max_inline_data;
+}
+
+/// One send work request of a kernel consumer, checked for form (opcode, flags, SGE count,
+/// inline size) but not yet against the QP's caps, which the driver applies.
+pub(crate) struct KSendWr<'a, A> {
+    /// The WQE header as a user slot would carry it (`num_sge` / `inline_len` filled).
+    pub(crate) wqe: SendWqe,
+    /// The gather list (empty with inline data).
+    pub(crate) sges: &'a [Sge],
+    /// The inline payload, already copied out of the consumer's buffers.
+    pub(crate) inline: &'a [u8],
+    /// UD and GSI: the address handle.
+    pub(crate) ah: Option<&'a A>,
+}
+
+/// The `ib_qp` a completion belongs to, as the data path knows it (from the QP's event
+/// reference): only this layer can make or read one.
+#[derive(Clone, Copy)]
+pub(crate) struct QpHandle(pub(super) *mut b::ib_qp);
+
+// SAFETY: the driver only stores and copies the pointer (a kernel CQ records it per completion
+// when the completion is written, as rdma_rxe does); only ib_core's consumer dereferences it,
+// in `ib_wc.qp`.
+unsafe impl Send for QpHandle {}
+
+// Written out: raw pointers implement `Default` only from Rust 1.88 (the kernel's minimum is
+// 1.78), so the derive clippy suggests would not build there.
+#[allow(clippy::derivable_impls)]
+impl Default for QpHandle {
+    fn default() -> Self {
+        QpHandle(ptr::null_mut())
+    }
+}
+
+/// A completion for a kernel consumer, in libibverbs' numbering (the same values as ib_core's
+/// `ib_wc_status` and `ib_wc_opcode`; flags are converted here).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Wc {
+    pub(crate) cqe: uapi::Cqe,
+    pub(crate) qp: QpHandle,
 }

@@ -8,6 +8,7 @@ use super::device::{
     dev, AhObj, CqObj, Device, IbDriver, MrObj, MwObj, PdObj, QpLinks, QpObj, SrqObj,
 };
 use super::objects::*;
+use super::restrack::with_table;
 use super::udata::Udata;
 use crate::logic::{qp_attr::ModifyRequest, qp_state::AttrMask};
 use core::{mem::MaybeUninit, ptr};
@@ -47,7 +48,7 @@ pub(crate) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
     ops.post_send = Some(post_send::<T>);
     ops.req_notify_cq = Some(req_notify_cq::<T>);
     super::kverbs::fill_ops::<T>(ops);
-    super::restrack::fill_ops::<T>(ops);
+    fill_restrack_ops::<T>(ops);
 }
 
 /// # Safety
@@ -689,4 +690,41 @@ unsafe extern "C" fn req_notify_cq<T: IbDriver>(
         let report = flags & b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0;
         Ok(if report && missed { 1 } else { 0 })
     })
+}
+
+/// Installs the `fill_res_*_entry` ops (driver details in `rdma resource show -dd`).
+fn fill_restrack_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
+    ops.fill_res_qp_entry = Some(fill_res_qp::<T>);
+    ops.fill_res_cq_entry = Some(fill_res_cq::<T>);
+    ops.fill_res_mr_entry = Some(fill_res_mr::<T>);
+}
+
+/// # Safety
+///
+/// ib_core passes the message it fills and a live QP of ours.
+unsafe extern "C" fn fill_res_qp<T: IbDriver>(msg: *mut b::sk_buff, qp: *mut b::ib_qp) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
+    // SAFETY: per the contract above.
+    unsafe { with_table(msg, |t| T::res_qp(d, data, t)) }
+}
+
+/// # Safety
+///
+/// ib_core passes the message it fills and a live CQ of ours.
+unsafe extern "C" fn fill_res_cq<T: IbDriver>(msg: *mut b::sk_buff, cq: *mut b::ib_cq) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
+    // SAFETY: per the contract above.
+    unsafe { with_table(msg, |t| T::res_cq(d, data, t)) }
+}
+
+/// # Safety
+///
+/// ib_core passes the message it fills and a live MR of ours.
+unsafe extern "C" fn fill_res_mr<T: IbDriver>(msg: *mut b::sk_buff, mr: *mut b::ib_mr) -> i32 {
+    // SAFETY: per the contract above.
+    let (d, data) = unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr)) };
+    // SAFETY: per the contract above.
+    unsafe { with_table(msg, |t| T::res_mr(d, data, t)) }
 }

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Driver details in `rdma resource show qp|cq|mr -dd`: ib_core's netlink dump calls
 //! `fill_res_*_entry`, and the driver's name/value pairs go into one `RDMA_NLDEV_ATTR_DRIVER`
-//! table of the entry.
+//! table of the entry. The callbacks themselves are with the other trampolines
+//! ([`super::ops`]); this file is the table they fill.
 
 use super::bindings as b;
-use super::device::{dev, CqObj, IbDriver, MrObj, QpObj};
 use kernel::{prelude::*, str::CStr};
 
 /// `EMSGSIZE` (the message is full), which `kernel::error::code` lacks in 6.12.
@@ -60,7 +60,10 @@ impl ResTable {
 /// # Safety
 ///
 /// `msg` is the netlink message ib_core is filling for this entry.
-unsafe fn with_table(msg: *mut b::sk_buff, fill: impl FnOnce(&mut ResTable) -> Result) -> i32 {
+pub(super) unsafe fn with_table(
+    msg: *mut b::sk_buff,
+    fill: impl FnOnce(&mut ResTable) -> Result,
+) -> i32 {
     // SAFETY: per the contract above.
     let nest = unsafe { b::rrxe_res_table_start(msg) };
     if nest.is_null() {
@@ -79,41 +82,4 @@ unsafe fn with_table(msg: *mut b::sk_buff, fill: impl FnOnce(&mut ResTable) -> R
             e.to_errno()
         }
     }
-}
-
-/// Installs the `fill_res_*_entry` ops.
-pub(super) fn fill_ops<T: IbDriver>(ops: &mut b::ib_device_ops) {
-    ops.fill_res_qp_entry = Some(fill_qp::<T>);
-    ops.fill_res_cq_entry = Some(fill_cq::<T>);
-    ops.fill_res_mr_entry = Some(fill_mr::<T>);
-}
-
-/// # Safety
-///
-/// ib_core passes the message it fills and a live QP of ours.
-unsafe extern "C" fn fill_qp<T: IbDriver>(msg: *mut b::sk_buff, qp: *mut b::ib_qp) -> i32 {
-    // SAFETY: per the contract above.
-    let (d, data) = unsafe { (dev::<T>((*qp).device), QpObj::<T>::data(qp)) };
-    // SAFETY: per the contract above.
-    unsafe { with_table(msg, |t| T::res_qp(d, data, t)) }
-}
-
-/// # Safety
-///
-/// ib_core passes the message it fills and a live CQ of ours.
-unsafe extern "C" fn fill_cq<T: IbDriver>(msg: *mut b::sk_buff, cq: *mut b::ib_cq) -> i32 {
-    // SAFETY: per the contract above.
-    let (d, data) = unsafe { (dev::<T>((*cq).device), CqObj::<T>::data(cq)) };
-    // SAFETY: per the contract above.
-    unsafe { with_table(msg, |t| T::res_cq(d, data, t)) }
-}
-
-/// # Safety
-///
-/// ib_core passes the message it fills and a live MR of ours.
-unsafe extern "C" fn fill_mr<T: IbDriver>(msg: *mut b::sk_buff, mr: *mut b::ib_mr) -> i32 {
-    // SAFETY: per the contract above.
-    let (d, data) = unsafe { (dev::<T>((*mr).device), MrObj::<T>::data(mr)) };
-    // SAFETY: per the contract above.
-    unsafe { with_table(msg, |t| T::res_mr(d, data, t)) }
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The device's sysfs attribute group (`ops.device_group`): `rrxe_uabi` and `dcqcn`.
+//! The device's sysfs attribute group (`ops.device_group`): `rrxe_uabi`, `dcqcn` and
+//! `udp_counters`.
 //!
 //! `/sys/class/infiniband/<ibdev>/rrxe_uabi` holds the uABI version. Its presence is how the
 //! provider recognises an rrxe device whatever the administrator named it (the driver id is
@@ -8,6 +9,11 @@
 //! `/sys/class/infiniband/<ibdev>/dcqcn` (root-writable) shows the device's congestion-control
 //! settings, one `name value` line each, and takes one such line per write
 //! ([`IbDriver::dcqcn_show`], [`IbDriver::dcqcn_store`]).
+//!
+//! `/sys/class/infiniband/<ibdev>/udp_counters` shows the module's RoCEv2 socket counters, for
+//! every device and namespace together: datagrams received and sent, and those dropped before
+//! any device saw them (closing socket, short, long, not IP, bad ICRC) or refused by the IP
+//! output path.
 
 use super::bindings as b;
 use super::device::{Device, IbDriver};
@@ -52,12 +58,21 @@ static DCQCN_ATTR: CStatic<b::device_attribute> = CStatic(UnsafeCell::new(attr(
     Some(store_dcqcn),
 )));
 
-static ATTRS: CStatic<[*mut b::attribute; 3]> = CStatic(UnsafeCell::new([
+static UDP_ATTR: CStatic<b::device_attribute> = CStatic(UnsafeCell::new(attr(
+    c"udp_counters",
+    0o444,
+    show_udp,
+    None,
+)));
+
+static ATTRS: CStatic<[*mut b::attribute; 4]> = CStatic(UnsafeCell::new([
     // SAFETY: the attributes are statics, so pointers to their `attr` fields are valid
     // forever; the projections do not read the values.
     unsafe { ptr::addr_of_mut!((*UABI_ATTR.0.get()).attr) },
     // SAFETY: as above.
     unsafe { ptr::addr_of_mut!((*DCQCN_ATTR.0.get()).attr) },
+    // SAFETY: as above.
+    unsafe { ptr::addr_of_mut!((*UDP_ATTR.0.get()).attr) },
     ptr::null_mut(),
 ]));
 
@@ -115,6 +130,19 @@ unsafe extern "C" fn show_uabi(
 ) -> isize {
     // SAFETY: `buf` is the sysfs page buffer (the helper's format prints one `unsigned int`).
     unsafe { b::rrxe_sysfs_emit_uint(buf.cast(), uapi::UABI_VERSION) as isize }
+}
+
+/// # Safety
+///
+/// Called by sysfs with `buf` a `PAGE_SIZE` buffer.
+unsafe extern "C" fn show_udp(
+    _dev: *mut b::device,
+    _attr: *mut b::device_attribute,
+    buf: *mut u8,
+) -> isize {
+    // SAFETY: sysfs passes the page buffer of `PAGE_SIZE` bytes, ours to fill for this call.
+    let out = unsafe { core::slice::from_raw_parts_mut(buf, kernel::page::PAGE_SIZE) };
+    crate::logic::kv::write_lines(out, super::udp::counters()) as isize
 }
 
 /// # Safety

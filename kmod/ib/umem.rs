@@ -67,7 +67,7 @@ impl Umem {
         };
         // SAFETY: `raw` is a valid umem we own; `address` and `length` are set by
         // `ib_umem_get`.
-        let (address, length) = unsafe { ((*raw).address as usize, (*raw).length) };
+        let (address, length) = unsafe { ((*raw).address, (*raw).length) };
         let page_off = address & (PAGE_SIZE - 1);
         let npages = (page_off + length).div_ceil(PAGE_SIZE);
         let mut pages = KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;

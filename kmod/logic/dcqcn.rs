@@ -266,6 +266,7 @@ impl Rp {
     }
 
     /// When the next timer is due (the caller's timer), if limiting.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn next_due(&self) -> Option<u64> {
         self.active.then(|| self.next_alpha.min(self.next_inc))
     }
@@ -546,33 +547,10 @@ impl Settings {
     /// Writes every setting as a `name value` line into `out`; returns the bytes written
     /// (truncated at `out`'s end).
     pub fn show(&self, out: &mut [u8]) -> usize {
-        let mut n = 0;
-        for (i, name) in NAMES.iter().enumerate() {
-            let mut digits = [0u8; 20];
-            let mut v = self.get(i).unwrap_or(0);
-            let mut d = digits.len();
-            loop {
-                d -= 1;
-                digits[d] = b'0' + (v % 10) as u8;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
-            }
-            for &b in name
-                .as_bytes()
-                .iter()
-                .chain(b" ")
-                .chain(&digits[d..])
-                .chain(b"\n")
-            {
-                if n == out.len() {
-                    return n;
-                }
-                out[n] = b;
-                n += 1;
-            }
-        }
-        n
+        let values = NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (*name, self.get(i).unwrap_or(0)));
+        super::kv::write_lines(out, values)
     }
 }

@@ -24,6 +24,7 @@ impl IdAlloc {
     }
 
     /// Ids currently allocated.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn in_use(&self) -> u32 {
         self.in_use
     }

@@ -93,11 +93,13 @@ impl<S: DerefMut<Target = [Group]>> Table<S> {
     }
 
     /// Groups in use.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether no group exists.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -15,6 +15,7 @@ pub mod guid;
 pub mod icrc;
 pub mod idalloc;
 pub mod iphdr;
+pub mod kv;
 pub mod limits;
 pub mod link;
 pub mod mcast;
@@ -23,6 +24,7 @@ pub mod mw;
 pub mod opcode;
 pub mod port;
 pub mod roce;
+pub mod segment;
 pub mod stats;
 pub mod transport;
 

@@ -223,6 +223,7 @@ impl BindWr {
 
     /// The WQE of this bind (the inverse of [`BindWr::decode`], with the window's rkey in
     /// `imm_data`).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn encode(&self, wr_id: u64, send_flags: u32, mw_rkey: u32) -> SendWqe {
         SendWqe {
             wr_id,

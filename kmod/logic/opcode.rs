@@ -196,6 +196,7 @@ impl ExtHeaders {
     }
 
     /// The raw bit set (bit `n` is `ORDER[n]`).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn bits(self) -> u8 {
         self.0
     }
@@ -214,11 +215,13 @@ impl ExtHeaders {
     }
 
     /// Whether the set is empty.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
 
     /// Offset of `ext` from the start of the BTH, or `None` when `ext` is not in the set.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn offset(self, ext: Ext) -> Option<usize> {
         if !self.has(ext) {
             return None;
@@ -270,6 +273,7 @@ impl OpInfo {
     }
 
     /// Whether the packet is a request (rxe `RXE_REQ_MASK`), sent by the requester.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn is_request(&self) -> bool {
         !self.is_response()
     }
@@ -289,6 +293,7 @@ impl OpInfo {
     }
 
     /// Whether the packet carries an R_Key to invalidate.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn has_inv(&self) -> bool {
         self.headers.has(Ext::Ieth)
     }
@@ -423,6 +428,7 @@ pub const UD_SEND_ONLY: u8 = 0x60 | SEND_ONLY;
 pub const UD_SEND_ONLY_WITH_IMMEDIATE: u8 = 0x60 | SEND_ONLY_WITH_IMMEDIATE;
 
 /// Every opcode [`info`] knows, in increasing order.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const ALL: [u8; 39] = [
     RC_SEND_FIRST,
     RC_SEND_MIDDLE,

@@ -34,6 +34,7 @@ impl Psn {
     pub const ZERO: Psn = Psn(0);
 
     /// The largest PSN, `0xff_ffff`; its successor is [`Psn::ZERO`].
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const MAX: Psn = Psn(PSN_MASK);
 
     /// Returns the PSN `raw`, or `None` when `raw` does not fit in 24 bits.

@@ -82,6 +82,7 @@ pub mod access {
     /// `IB_ACCESS_FLUSH_PERSISTENT`.
     pub const FLUSH_PERSISTENT: u32 = 1 << 9;
     /// `IB_ACCESS_RELAXED_ORDERING` (`IB_UVERBS_ACCESS_OPTIONAL_FIRST`).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const RELAXED_ORDERING: u32 = 1 << 20;
     /// `IB_ACCESS_OPTIONAL`: bits 20..=29. By the uverbs contract a device that does not
     /// support one of these ignores it instead of failing.
@@ -223,6 +224,7 @@ pub struct ValidatedModify {
 
 impl ValidatedModify {
     /// Whether the modify changes the state.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn changes_state(&self) -> bool {
         self.cur_state as u32 != self.next_state as u32
     }

@@ -37,6 +37,7 @@ pub enum QpState {
 
 impl QpState {
     /// Every state, in numeric order.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const ALL: [QpState; 7] = [
         QpState::Reset,
         QpState::Init,
@@ -84,6 +85,7 @@ impl QpState {
     }
 
     /// The IBTA short name ("RESET", "INIT", "RTR", ...), for log messages.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn name(self) -> &'static str {
         match self {
             QpState::Reset => "RESET",
@@ -127,6 +129,7 @@ pub enum QpType {
 
 impl QpType {
     /// Every type, in numeric order.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const ALL: [QpType; 10] = [
         QpType::Smi,
         QpType::Gsi,
@@ -178,6 +181,7 @@ pub struct AttrMask(u32);
 
 impl AttrMask {
     /// No bit.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const EMPTY: AttrMask = AttrMask(0);
     /// `IB_QP_STATE`.
     pub const STATE: AttrMask = AttrMask(1);
@@ -233,6 +237,7 @@ impl AttrMask {
     }
 
     /// The raw bits.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn bits(self) -> u32 {
         self.0
     }
@@ -248,6 +253,7 @@ impl AttrMask {
     }
 
     /// Whether `self` and `other` share a bit.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const fn intersects(self, other: AttrMask) -> bool {
         self.0 & other.0 != 0
     }
@@ -505,6 +511,7 @@ const fn table(cur: QpState, next: QpState, qp_type: QpType) -> Option<(u32, u32
 /// Valid: RESET→{RESET, INIT}; INIT→{RESET, ERR, INIT, RTR}; RTR→{RESET, ERR, RTS};
 /// RTS→{RESET, ERR, RTS, SQD}; SQD→{RESET, ERR, RTS, SQD}; SQE→{RESET, ERR, RTS};
 /// ERR→{RESET, ERR}. Notably RESET→ERR, RTR→RTR and INIT→RTS are not.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const fn transition_is_valid(cur: QpState, next: QpState) -> bool {
     // The validity does not depend on the type; any column answers.
     table(cur, next, QpType::Rc).is_some()
@@ -513,6 +520,7 @@ pub const fn transition_is_valid(cur: QpState, next: QpState) -> bool {
 /// The `(required, optional)` attribute masks of `cur → next` for `qp_type`, or `None` when
 /// the transition is invalid. `IB_QP_STATE` is in neither: it is always allowed and never
 /// required by the table.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const fn transition_masks(
     cur: QpState,
     next: QpState,
@@ -556,6 +564,7 @@ pub const fn modify_is_ok(cur: QpState, next: QpState, qp_type: QpType, mask: At
 /// a state above `IB_QPS_ERR` or a type from `IB_QPT_MAX` (11) up would index `qp_state_table`
 /// out of bounds (ib_uverbs refuses such states with `EINVAL` before any driver is called),
 /// and type 7 would read an all-zero column although no QP can have that type.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const fn modify_is_ok_raw(cur: u32, next: u32, qp_type: u32, mask: u32) -> bool {
     match (
         QpState::from_raw(cur),

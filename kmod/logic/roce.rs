@@ -2,6 +2,7 @@
 //! RoCEv2 addressing: GIDs as IP addresses, and the UDP source-port entropy rule.
 
 /// The UDP destination port of RoCEv2.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const ROCE_V2_UDP_DPORT: u16 = 4791;
 /// Lowest UDP source port RoCEv2 uses for entropy (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).
 pub const UDP_SPORT_MIN: u16 = 0xc000;

@@ -110,6 +110,7 @@ pub enum Stat {
 pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
 
 /// Every counter, in index order.
+#[cfg_attr(MODULE, expect(dead_code))]
 pub const ALL: [Stat; COUNT] = [
     Stat::SentPkts,
     Stat::SentBytes,
@@ -209,6 +210,7 @@ impl Stat {
     }
 
     /// The name without its NUL.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn name(self) -> &'static str {
         let n = NAMES[self.index()];
         &n[..n.len() - 1]
@@ -232,6 +234,7 @@ impl Counters {
     }
 
     /// The value of `s`.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub fn get(&self, s: Stat) -> u64 {
         self.0[s.index()]
     }

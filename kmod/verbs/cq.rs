@@ -4,10 +4,10 @@
 //! writes completions into it ([`CqInner`]).
 
 use super::device::Rrxe;
-use crate::ib::{bh::with_bh_disabled, kverbs::Wc};
+use crate::ib::{bh::with_bh_disabled, objects::Wc};
 use crate::ib::{
     device::Device,
-    kverbs::QpHandle,
+    objects::QpHandle,
     objects::{CqInit, CqRef},
     restrack::ResTable,
     ring::SharedRing,

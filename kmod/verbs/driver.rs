@@ -12,8 +12,8 @@ use crate::ib::{
     bindings as b,
     device::{Device, DeviceAttr, IbDriver, PortAttr, PortImmutable, QpLinks},
     kmem::{KernelVirt, MappedPage},
-    kverbs::{KSendWr, Wc},
     objects::{AddressVector, CqInit, CqRef, MrArgs, MrKeys, QpInit, QpSnapshot, SrqAttr, SrqRef},
+    objects::{KSendWr, Wc},
     restrack::ResTable,
     udata::Udata,
 };
@@ -201,7 +201,7 @@ impl IbDriver for Rrxe {
         mr::map_page(dev, m, page)
     }
 
-    fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self>) -> Result {
+    fn post_send_kernel(_dev: &Device<Self>, q: &Self::Qp, wr: &KSendWr<'_, Self::Ah>) -> Result {
         qp::post_send_kernel(q, wr)
     }
 

@@ -11,14 +11,15 @@ use crate::abi::{
     _verbs_init_and_alloc_context, errno, ib_uverbs_ex_query_device_resp, ibv_cmd_get_context,
     ibv_cmd_query_device_any, ibv_cmd_query_port, ibv_context, ibv_device, ibv_device_attr_ex,
     ibv_port_attr, ibv_query_device_ex_input, ibv_query_port, read_ibdev_attr, rrxe_get_context,
-    rrxe_get_context_resp, set_errno, verbs_context, verbs_device, verbs_set_ops,
-    verbs_uninit_context, RDMA_DRIVER_UNKNOWN,
+    rrxe_get_context_resp, set_errno, verbs_context, verbs_context_ops, verbs_device,
+    verbs_set_ops, verbs_uninit_context, RDMA_DRIVER_UNKNOWN,
 };
+use crate::device::UABI_ATTR;
 use crate::log::{raw_line, trace};
-use crate::provider::{RRXE_CTX_OPS, UABI_ATTR};
 use crate::util::{
     c_chars_to_string, check_get_context, check_sysfs_uabi, format_fw_ver, write_c_string,
 };
+use crate::{ah, cq, mw, pd, qp, srq};
 
 /// The provider's context: libibverbs' `verbs_context` (with the `ibv_context` the
 /// application sees inside it), then rrxe's own fields. Allocated (zeroed) by
@@ -215,3 +216,45 @@ pub unsafe extern "C" fn query_port(
     trace!("query_port({port_num}) = {ret}");
     ret
 }
+
+/// The context verbs. Entries left `None` keep libibverbs' dummy (`EOPNOTSUPP`; `cq_event`'s
+/// dummy does nothing, which is all a provider without per-CQ event state needs); see
+/// README.md for why `create_cq_ex`, `create_srq_ex` and the rest are among them.
+///
+/// `poll_cq` must never be left to the dummy while CQs can be created: the dummy returns 95,
+/// which callers read as "95 completions".
+pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
+    alloc_mw: Some(mw::alloc_mw),
+    alloc_pd: Some(pd::alloc_pd),
+    attach_mcast: Some(qp::attach_mcast),
+    bind_mw: Some(mw::bind_mw),
+    create_ah: Some(ah::create_ah),
+    create_cq: Some(cq::create_cq),
+    create_cq_ex: Some(cq::create_cq_ex),
+    create_qp: Some(qp::create_qp),
+    create_qp_ex: Some(qp::create_qp_ex),
+    create_srq: Some(srq::create_srq),
+    dealloc_mw: Some(mw::dealloc_mw),
+    dealloc_pd: Some(pd::dealloc_pd),
+    dereg_mr: Some(pd::dereg_mr),
+    destroy_ah: Some(ah::destroy_ah),
+    destroy_cq: Some(cq::destroy_cq),
+    destroy_qp: Some(qp::destroy_qp),
+    destroy_srq: Some(srq::destroy_srq),
+    detach_mcast: Some(qp::detach_mcast),
+    free_context: Some(free_context),
+    modify_qp: Some(qp::modify_qp),
+    modify_srq: Some(srq::modify_srq),
+    poll_cq: Some(cq::poll_cq),
+    post_recv: Some(qp::post_recv),
+    post_send: Some(qp::post_send),
+    post_srq_recv: Some(srq::post_srq_recv),
+    query_device_ex: Some(query_device_ex),
+    query_port: Some(query_port),
+    query_qp: Some(qp::query_qp),
+    query_srq: Some(srq::query_srq),
+    reg_mr: Some(pd::reg_mr),
+    req_notify_cq: Some(cq::req_notify_cq),
+    resize_cq: Some(cq::resize_cq),
+    ..verbs_context_ops::EMPTY
+};

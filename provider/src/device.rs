@@ -1,12 +1,30 @@
 //! Device matching and the provider's device object (trampolines called by libibverbs).
 
+use core::ffi::CStr;
 use core::mem::{offset_of, size_of};
 use core::ptr;
 
 use crate::abi::{read_ibdev_attr, verbs_device, verbs_sysfs_dev};
 use crate::log::trace;
-use crate::provider::UABI_ATTR;
 use crate::util::c_chars_to_string;
+use rrxe_uapi::SYSFS_UABI_ATTR;
+
+/// [`SYSFS_UABI_ATTR`] as a C string (checked equal below).
+pub const UABI_ATTR: &CStr = c"rrxe_uabi";
+
+const _: () = {
+    let a = UABI_ATTR.to_bytes();
+    let b = SYSFS_UABI_ATTR.as_bytes();
+    assert!(a.len() == b.len());
+    let mut i = 0;
+    while i < a.len() {
+        assert!(
+            a[i] == b[i],
+            "UABI_ATTR differs from rrxe_uapi::SYSFS_UABI_ATTR"
+        );
+        i += 1;
+    }
+};
 
 /// The provider's device: libibverbs' `verbs_device` first, then rrxe's own fields.
 /// Allocated with `calloc` in [`alloc_device`], freed with `free` in [`uninit_device`].

@@ -1,29 +1,12 @@
-//! The provider's registration record, its (extensible) ops table, and the ELF constructor
-//! that hands them to libibverbs.
+//! The provider's registration record and the ELF constructor that hands it to libibverbs
+//! (the context ops table is [`crate::context::RRXE_CTX_OPS`]).
 
 use core::ffi::CStr;
 
-use rrxe_uapi::{SYSFS_UABI_ATTR, UVERBS_ABI_VERSION};
+use rrxe_uapi::UVERBS_ABI_VERSION;
 
-use crate::abi::{verbs_context_ops, verbs_device_ops, verbs_match_ent};
-use crate::{ah, context, cq, device, mw, pd, qp, srq};
-
-/// [`SYSFS_UABI_ATTR`] as a C string (checked equal below).
-pub const UABI_ATTR: &CStr = c"rrxe_uabi";
-
-const _: () = {
-    let a = UABI_ATTR.to_bytes();
-    let b = SYSFS_UABI_ATTR.as_bytes();
-    assert!(a.len() == b.len());
-    let mut i = 0;
-    while i < a.len() {
-        assert!(
-            a[i] == b[i],
-            "UABI_ATTR differs from rrxe_uapi::SYSFS_UABI_ATTR"
-        );
-        i += 1;
-    }
-};
+use crate::abi::{verbs_device_ops, verbs_match_ent};
+use crate::{context, device};
 
 /// Only the sentinel: table matching (driver id, name, modalias) never claims anything, and
 /// `match_device` decides alone. It must not be NULL: libibverbs 44's driver-id pass walks
@@ -42,48 +25,6 @@ pub static RRXE_DEVICE_OPS: verbs_device_ops = verbs_device_ops {
     import_context: None,
     alloc_device: Some(device::alloc_device),
     uninit_device: Some(device::uninit_device),
-};
-
-/// The context verbs. Entries left `None` keep libibverbs' dummy (`EOPNOTSUPP`; `cq_event`'s
-/// dummy does nothing, which is all a provider without per-CQ event state needs); see
-/// README.md for why `create_cq_ex`, `create_srq_ex` and the rest are among them.
-///
-/// `poll_cq` must never be left to the dummy while CQs can be created: the dummy returns 95,
-/// which callers read as "95 completions".
-pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
-    alloc_mw: Some(mw::alloc_mw),
-    alloc_pd: Some(pd::alloc_pd),
-    attach_mcast: Some(qp::attach_mcast),
-    bind_mw: Some(mw::bind_mw),
-    create_ah: Some(ah::create_ah),
-    create_cq: Some(cq::create_cq),
-    create_cq_ex: Some(cq::create_cq_ex),
-    create_qp: Some(qp::create_qp),
-    create_qp_ex: Some(qp::create_qp_ex),
-    create_srq: Some(srq::create_srq),
-    dealloc_mw: Some(mw::dealloc_mw),
-    dealloc_pd: Some(pd::dealloc_pd),
-    dereg_mr: Some(pd::dereg_mr),
-    destroy_ah: Some(ah::destroy_ah),
-    destroy_cq: Some(cq::destroy_cq),
-    destroy_qp: Some(qp::destroy_qp),
-    destroy_srq: Some(srq::destroy_srq),
-    detach_mcast: Some(qp::detach_mcast),
-    free_context: Some(context::free_context),
-    modify_qp: Some(qp::modify_qp),
-    modify_srq: Some(srq::modify_srq),
-    poll_cq: Some(cq::poll_cq),
-    post_recv: Some(qp::post_recv),
-    post_send: Some(qp::post_send),
-    post_srq_recv: Some(srq::post_srq_recv),
-    query_device_ex: Some(context::query_device_ex),
-    query_port: Some(context::query_port),
-    query_qp: Some(qp::query_qp),
-    query_srq: Some(srq::query_srq),
-    reg_mr: Some(pd::reg_mr),
-    req_notify_cq: Some(cq::req_notify_cq),
-    resize_cq: Some(cq::resize_cq),
-    ..verbs_context_ops::EMPTY
 };
 
 /// The real path (symlinks resolved) of the libibverbs this library's imports bound to: the

@@ -76,35 +76,9 @@ pub(crate) struct TxPath {
     pub(crate) flow_label: u32,
 }
 
-/// Datagram counters, for all namespaces together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct UdpCounters {
-    /// Datagrams passed to the receive callback.
-    pub(crate) rx_packets: u64,
-    /// Dropped: the socket was closing (no receiver any more).
-    pub(crate) rx_drop_closing: u64,
-    /// Dropped: `skb_linearize` failed (out of memory).
-    pub(crate) rx_drop_linearize: u64,
-    /// Dropped: payload shorter than [`MIN_PAYLOAD`].
-    pub(crate) rx_drop_short: u64,
-    /// Dropped: payload longer than [`MAX_PAYLOAD`].
-    pub(crate) rx_drop_long: u64,
-    /// Dropped: the network header is neither IPv4 nor IPv6.
-    pub(crate) rx_drop_bad_ip: u64,
-    /// Datagrams whose ICRC did not match.
-    pub(crate) rx_drop_icrc: u64,
-    /// Datagrams handed to the IP output path.
-    pub(crate) tx_packets: u64,
-    /// Transmit failures: no route (or a route lookup error).
-    pub(crate) tx_err_route: u64,
-    /// Transmit failures: no memory for the skb (reported as [`XmitError::Congested`]).
-    pub(crate) tx_err_nomem: u64,
-    /// Datagrams the IP output path dropped or pushed back (`NET_XMIT_DROP`/`NET_XMIT_CN`).
-    pub(crate) tx_congested: u64,
-    /// Transmit failures: bad arguments (namespace, size, address family).
-    pub(crate) tx_err_other: u64,
-}
-
+/// The module's datagram counters: received, dropped before any device saw them (closing
+/// socket, linearize failure, too short, too long, not IP, bad ICRC), sent, and transmit
+/// failures (no route, no memory, pushed back by the IP output path, bad arguments).
 struct Counters {
     rx_packets: AtomicU64,
     rx_drop_closing: AtomicU64,
@@ -139,24 +113,25 @@ fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A snapshot of the datagram counters (module-wide, monotonic).
-pub(crate) fn counters() -> UdpCounters {
+/// The datagram counters (module-wide, for all namespaces together, monotonic) as
+/// `(name, value)` pairs, in the order `udp_counters` shows them.
+pub(crate) fn counters() -> [(&'static str, u64); 12] {
     let c = &COUNTERS;
     let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    UdpCounters {
-        rx_packets: r(&c.rx_packets),
-        rx_drop_closing: r(&c.rx_drop_closing),
-        rx_drop_linearize: r(&c.rx_drop_linearize),
-        rx_drop_short: r(&c.rx_drop_short),
-        rx_drop_long: r(&c.rx_drop_long),
-        rx_drop_bad_ip: r(&c.rx_drop_bad_ip),
-        rx_drop_icrc: r(&c.rx_drop_icrc),
-        tx_packets: r(&c.tx_packets),
-        tx_err_route: r(&c.tx_err_route),
-        tx_err_nomem: r(&c.tx_err_nomem),
-        tx_congested: r(&c.tx_congested),
-        tx_err_other: r(&c.tx_err_other),
-    }
+    [
+        ("rx_packets", r(&c.rx_packets)),
+        ("rx_drop_closing", r(&c.rx_drop_closing)),
+        ("rx_drop_linearize", r(&c.rx_drop_linearize)),
+        ("rx_drop_short", r(&c.rx_drop_short)),
+        ("rx_drop_long", r(&c.rx_drop_long)),
+        ("rx_drop_bad_ip", r(&c.rx_drop_bad_ip)),
+        ("rx_drop_icrc", r(&c.rx_drop_icrc)),
+        ("tx_packets", r(&c.tx_packets)),
+        ("tx_err_route", r(&c.tx_err_route)),
+        ("tx_err_nomem", r(&c.tx_err_nomem)),
+        ("tx_congested", r(&c.tx_congested)),
+        ("tx_err_other", r(&c.tx_err_other)),
+    ]
 }
 
 /// A binding's errno constant as an [`Error`].

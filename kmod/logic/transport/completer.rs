@@ -9,7 +9,8 @@ use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
     qp_state::QpState,
-    wire::{self, NakCode, Packet, Segmentation, Syndrome},
+    segment::Segmentation,
+    wire::{self, NakCode, Packet, Syndrome},
 };
 use core::ops::DerefMut;
 

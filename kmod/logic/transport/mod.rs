@@ -59,6 +59,7 @@ use core::ops::DerefMut;
 
 /// `IB_ACCESS_*` bits of an MR or a QP.
 pub mod access {
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const LOCAL_WRITE: u32 = 1 << 0;
     pub const REMOTE_WRITE: u32 = 1 << 1;
     pub const REMOTE_READ: u32 = 1 << 2;
@@ -78,6 +79,7 @@ pub mod flush {
     /// Placement type: persistence.
     pub const PERSISTENT: u32 = 1 << 1;
     /// Selectivity: the byte range the RETH names.
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub const RANGE: u32 = 0;
     /// Selectivity: the whole memory region the R_Key names.
     pub const MR: u32 = 1;
@@ -187,6 +189,7 @@ pub struct Config {
     /// `cap.max_inline_data`.
     pub max_inline: u32,
     /// `cap.max_recv_sge` (RQ; the SRQ's own for SRQ QPs).
+    #[cfg_attr(MODULE, expect(dead_code))]
     pub max_recv_sge: u32,
     /// The QP receives through an SRQ.
     pub has_srq: bool,
@@ -382,25 +385,19 @@ fn transport_of(t: QpType) -> Transport {
     }
 }
 
-/// Writes headers, then lets `fill` put the payload, then zeroes pad and ICRC. Returns the
-/// packet length.
+/// Writes headers, then lets `fill` put the payload, then zeroes pad and ICRC
+/// ([`wire::write_packet_with`]). Returns the packet length, or a work-completion status.
 fn assemble(
     out: &mut [u8],
     h: &Headers,
     len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
 ) -> Result<usize, u32> {
-    let info = h.check().map_err(|_| wc_status::GENERAL_ERR)?;
-    let total = wire::packet_len(info, len).ok_or(wc_status::LOC_LEN_ERR)?;
-    if out.len() < total {
-        return Err(wc_status::LOC_LEN_ERR);
-    }
-    let mut h = *h;
-    h.bth.pad = wire::pad_for(len);
-    let hl = h.write(out).map_err(|_| wc_status::GENERAL_ERR)?;
-    fill(&mut out[hl..hl + len])?;
-    out[hl + len..total].fill(0);
-    Ok(total)
+    wire::write_packet_with(out, h, len, fill).map_err(|e| match e {
+        wire::PacketError::Wire(wire::WireError::Truncated) => wc_status::LOC_LEN_ERR,
+        wire::PacketError::Wire(_) => wc_status::GENERAL_ERR,
+        wire::PacketError::Fill(status) => status,
+    })
 }
 
 /// Whether a BTH P_Key matches ours (the low 15 bits; one of the two must be a full member).

@@ -10,7 +10,8 @@ use crate::logic::{
     opcode::{Position, Transport},
     psn::{Psn, PSN_HALF},
     qp_state::{QpState, QpType},
-    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, Segmentation, BTH_DEF_PKEY},
+    segment::Segmentation,
+    wire::{AtomicEth, Bth, Deth, Feth, Headers, Ieth, ImmDt, Reth, BTH_DEF_PKEY},
 };
 use core::ops::DerefMut;
 
@@ -278,38 +279,27 @@ impl Config {
 /// Request opcode for a WR kind at a position.
 fn request_opcode(t: Transport, kind: WrKind, pos: Position, imm: bool, inv: bool) -> u8 {
     use opcode::*;
-    match (kind, pos, inv) {
-        (WrKind::Send, Position::Last, true) => return t.base() | RC_SEND_LAST_WITH_INVALIDATE,
-        (WrKind::Send, Position::Only, true) => return t.base() | RC_SEND_ONLY_WITH_INVALIDATE,
-        _ => {}
-    }
-    let rc = match (kind, pos, imm) {
-        (WrKind::Send, Position::First, _) => RC_SEND_FIRST,
-        (WrKind::Send, Position::Middle, _) => RC_SEND_MIDDLE,
-        (WrKind::Send, Position::Last, false) => RC_SEND_LAST,
-        (WrKind::Send, Position::Last, true) => RC_SEND_LAST_WITH_IMMEDIATE,
-        (WrKind::Send, Position::Only, false) => RC_SEND_ONLY,
-        (WrKind::Send, Position::Only, true) => RC_SEND_ONLY_WITH_IMMEDIATE,
-        (WrKind::Write, Position::First, _) => RC_RDMA_WRITE_FIRST,
-        (WrKind::Write, Position::Middle, _) => RC_RDMA_WRITE_MIDDLE,
-        (WrKind::Write, Position::Last, false) => RC_RDMA_WRITE_LAST,
-        (WrKind::Write, Position::Last, true) => RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (WrKind::Write, Position::Only, false) => RC_RDMA_WRITE_ONLY,
-        (WrKind::Write, Position::Only, true) => RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (WrKind::Read, _, _) => RC_RDMA_READ_REQUEST,
-        (WrKind::CmpSwap, _, _) => RC_COMPARE_SWAP,
-        (WrKind::FetchAdd, _, _) => RC_FETCH_ADD,
-        (WrKind::AtomicWrite, _, _) => RC_ATOMIC_WRITE,
-        (WrKind::Flush, _, _) => RC_FLUSH,
+    let op = match kind {
+        // An R_Key to invalidate wins over immediate data (the verbs layer never sets both).
+        WrKind::Send => send_opcode(t, pos, imm && !inv, inv),
+        WrKind::Write => write_opcode(t, pos, imm),
+        WrKind::Read => Some(t.base() | RC_RDMA_READ_REQUEST),
+        WrKind::CmpSwap => Some(t.base() | RC_COMPARE_SWAP),
+        WrKind::FetchAdd => Some(t.base() | RC_FETCH_ADD),
+        WrKind::AtomicWrite => Some(t.base() | RC_ATOMIC_WRITE),
+        WrKind::Flush => Some(t.base() | RC_FLUSH),
         // Local operations send nothing (the requester never asks for their opcode).
-        (WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw, _, _) => RC_SEND_ONLY,
+        WrKind::RegMr | WrKind::LocalInv | WrKind::BindMw => None,
     };
-    t.base() | rc
+    // The combinations without an opcode (WRITE on UD, invalidation outside RC, a
+    // multi-packet UD SEND) are refused when the WR is posted.
+    op.unwrap_or(t.base() | RC_SEND_ONLY)
 }
 
 /// A READ whose responses fit in less than half the PSN space at the path MTU.
 fn read_fits(e: &SqEntry, cfg: &Config) -> bool {
-    Segmentation::new(e.len, cfg.mtu).is_none_or(|s| s.count() < PSN_HALF)
+    // Not `Option::is_none_or` (Rust 1.82; the kernel's minimum is 1.78).
+    !matches!(Segmentation::new(e.len, cfg.mtu), Some(s) if s.count() >= PSN_HALF)
 }
 
 /// Why the requester cannot start the WR at `next` now.
@@ -588,7 +578,7 @@ where
         let ack_req = cfg.qp_type == QpType::Rc
             && ((end && wanted)
                 || e.kind.is_rd_atomic()
-                || psn.get().is_multiple_of(ACK_REQ_EVERY)
+                || psn.get() % ACK_REQ_EVERY == 0
                 || fills
                 || self.req.poll);
         // A READ asks for every PSN of its responses (an atomic for its one): while they are

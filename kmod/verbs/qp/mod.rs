@@ -15,10 +15,10 @@ pub(super) use modify::modify;
 pub(super) use send::BUDGET;
 pub(crate) use state::{Eng, QpInner, QpParts};
 
-use super::{av::Path, device::Rrxe, errno, pd::RrxePd};
+use super::{ah::RrxeAh, av::Path, device::Rrxe, errno, pd::RrxePd};
 use crate::ib::{
     device::{Device, QpLinks},
-    kverbs::KSendWr,
+    objects::KSendWr,
     objects::{AddressVector, QpInit, QpSnapshot},
     restrack::ResTable,
     ring::SharedRing,
@@ -102,18 +102,30 @@ pub(crate) struct RrxeQp {
     pub(crate) inner: Arc<QpInner>,
 }
 
-/// The engine configuration for the committed attributes `a`.
-fn engine_config(
-    qpn: u32,
-    qp_type: QpType,
-    sq_sig_all: bool,
-    cap: &QpCap,
-    has_srq: bool,
-    srq_sge: u32,
-    a: &QpAttrs,
-    port_mtu: IbMtu,
-    local_ops: bool,
-) -> tp::Config {
+/// What the engine configuration takes from the QP itself: fixed from its creation.
+pub(super) struct QpFacts<'a> {
+    pub(super) qpn: u32,
+    pub(super) qp_type: QpType,
+    pub(super) sq_sig_all: bool,
+    pub(super) cap: &'a QpCap,
+    pub(super) has_srq: bool,
+    /// The SRQ's SGE limit (with an SRQ, what a receive may scatter to).
+    pub(super) srq_sge: u32,
+    /// A kernel consumer's QP: it may post local operations (REG_MR, LOCAL_INV, BIND_MW).
+    pub(super) local_ops: bool,
+}
+
+/// The engine configuration of QP `q` for the committed attributes `a`.
+fn engine_config(q: &QpFacts<'_>, a: &QpAttrs, port_mtu: IbMtu) -> tp::Config {
+    let QpFacts {
+        qpn,
+        qp_type,
+        sq_sig_all,
+        cap,
+        has_srq,
+        srq_sge,
+        local_ops,
+    } = *q;
     let mtu = if qp_type.is_datagram() {
         port_mtu
     } else {
@@ -273,17 +285,16 @@ pub(super) fn create(
             );
         }
     }
-    let cfg = engine_config(
+    let facts = QpFacts {
         qpn,
         qp_type,
-        init.sq_sig_all,
-        &init.cap,
-        init.has_srq,
+        sq_sig_all: init.sq_sig_all,
+        cap: &init.cap,
+        has_srq: init.has_srq,
         srq_sge,
-        &QpAttrs::reset(),
-        port_mtu(dev),
-        udata.is_none(),
-    );
+        local_ops: udata.is_none(),
+    };
+    let cfg = engine_config(&facts, &QpAttrs::reset(), port_mtu(dev));
     let eng = Eng::new(
         cfg,
         KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL_ACCOUNT)?,
@@ -424,7 +435,7 @@ pub(super) fn destroy(dev: &Device<Rrxe>, qp: RrxeQp) {
 
 /// A kernel consumer's send WR: checked against the QP's caps, then queued (the doorbell
 /// follows the list).
-pub(super) fn post_send_kernel(qp: &RrxeQp, wr: &KSendWr<'_, Rrxe>) -> Result {
+pub(super) fn post_send_kernel(qp: &RrxeQp, wr: &KSendWr<'_, RrxeAh>) -> Result {
     let mut w = wr.wqe;
     if w.num_sge > qp.cap.max_send_sge || w.inline_len > qp.cap.max_inline_data {
         return Err(EINVAL);

@@ -4,7 +4,7 @@
 //! the engine under the QP lock.
 
 use super::state::{QpInner, Shell};
-use super::{engine_config, limits, port_mtu, QpAttrs, RrxeQp};
+use super::{engine_config, limits, port_mtu, QpAttrs, QpFacts, RrxeQp};
 use crate::ib::{bh::with_bh_disabled, device::Device, objects::AddressVector, udata::Udata};
 use crate::logic::{
     limits as lim,
@@ -64,20 +64,20 @@ pub(crate) fn modify(
     } else {
         0
     };
+    // What the engine's configuration is derived from besides the attributes.
+    let facts = QpFacts {
+        qpn: qp.qpn,
+        qp_type: qp.qp_type,
+        sq_sig_all: qp.sq_sig_all,
+        cap: &qp.cap,
+        has_srq: qp.has_srq,
+        srq_sge,
+        local_ops: qp.kernel,
+    };
     if v.next_state == QpState::Reset && a.state != QpState::Reset {
         // Back to RESET: the QP is as created, its queues emptied.
         *a = QpAttrs::reset();
-        let cfg = engine_config(
-            qp.qpn,
-            qp.qp_type,
-            qp.sq_sig_all,
-            &qp.cap,
-            qp.has_srq,
-            srq_sge,
-            &a,
-            port.active_mtu,
-            qp.kernel,
-        );
+        let cfg = engine_config(&facts, &a, port.active_mtu);
         qp.inner.apply(
             cfg,
             None,
@@ -127,17 +127,7 @@ pub(crate) fn modify(
     let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
         .then_some((v.next_state, a.en_sqd_async_notify));
     a.state = v.next_state;
-    let cfg = engine_config(
-        qp.qpn,
-        qp.qp_type,
-        qp.sq_sig_all,
-        &qp.cap,
-        qp.has_srq,
-        srq_sge,
-        &a,
-        port.active_mtu,
-        qp.kernel,
-    );
+    let cfg = engine_config(&facts, &a, port.active_mtu);
     // The state the QP is in (the data path's ERR or SQE, if it moved meanwhile).
     a.state = qp.inner.apply(
         cfg,

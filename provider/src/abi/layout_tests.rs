@@ -135,7 +135,7 @@ fn context_ops_are_the_76_v44_entries_in_order() {
 #[test]
 fn rrxe_ops_table_fills_exactly_the_intended_slots() {
     use crate::{ah, context, cq, mw, pd, qp, srq};
-    let table = &crate::provider::RRXE_CTX_OPS;
+    let table = &crate::context::RRXE_CTX_OPS;
     // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
     let words: &[usize; 76] = unsafe { &*(table as *const verbs_context_ops).cast() };

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use rrxe_host_tests::logic::opcode::{self, Ext, Position, Transport};
 use rrxe_host_tests::logic::port::IbMtu;
 use rrxe_host_tests::logic::psn::Psn;
+use rrxe_host_tests::logic::segment::*;
 use rrxe_host_tests::logic::wire::*;
 
 fn bth(opcode: u8) -> Bth {

@@ -11,9 +11,10 @@ use crate::logic::{
     opcode::{self, Operation, Position},
     psn::Psn,
     qp_state::{QpState, QpType},
+    segment::Segmentation,
     wire::{
-        self, Aeth, AtomicAckEth, Bth, Headers, NakCode, Packet, Segmentation, Syndrome,
-        AETH_ACK_UNLIMITED, BTH_DEF_PKEY,
+        self, Aeth, AtomicAckEth, Bth, Headers, NakCode, Packet, Syndrome, AETH_ACK_UNLIMITED,
+        BTH_DEF_PKEY,
     },
 };
 use core::ops::DerefMut;

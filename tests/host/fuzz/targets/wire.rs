@@ -11,6 +11,7 @@ use rrxe_host_tests::logic::icrc::{self, IcrcError, IpUdp, ICRC_LEN, UDP_HDR_LEN
 use rrxe_host_tests::logic::iphdr;
 use rrxe_host_tests::logic::opcode::{self, Ext, ExtHeaders, OpInfo, Position, Transport};
 use rrxe_host_tests::logic::psn::Psn;
+use rrxe_host_tests::logic::segment::Segmentation;
 use rrxe_host_tests::logic::wire::*;
 
 const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
