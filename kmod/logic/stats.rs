@@ -104,10 +104,14 @@ pub enum Stat {
     /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
     /// recovered to the line rate).
     RateLimitedQps,
+    /// RCU grace periods object teardown waited for (QP destroy, MR deregistration, MW
+    /// deallocation): one only when a data-path reader held an entry of the object's table as
+    /// the object left it, so an idle teardown of any number of objects adds none.
+    TeardownGracePeriods,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
+pub const COUNT: usize = Stat::TeardownGracePeriods as usize + 1;
 
 /// Every counter, in index order.
 pub const ALL: [Stat; COUNT] = [
@@ -153,6 +157,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RtoExpiries,
     Stat::ReadResponsesAhead,
     Stat::RateLimitedQps,
+    Stat::TeardownGracePeriods,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -200,6 +205,7 @@ pub const NAMES: [&str; COUNT] = [
     "rto_expiries\0",
     "read_responses_ahead\0",
     "rate_limited_qps\0",
+    "teardown_grace_periods\0",
 ];
 
 impl Stat {
