@@ -110,10 +110,14 @@ pub enum Stat {
     /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
     /// recovered to the line rate).
     RateLimitedQps,
+    /// RCU grace periods object teardown waited for (QP destroy, MR deregistration, MW
+    /// deallocation): one only when a data-path reader held an entry of the object's table as
+    /// the object left it, so an idle teardown of any number of objects adds none.
+    TeardownGracePeriods,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
+pub const COUNT: usize = Stat::TeardownGracePeriods as usize + 1;
 
 /// Every counter, in index order.
 #[cfg_attr(MODULE, expect(dead_code))]
@@ -162,6 +166,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::WritePacketsAhead,
     Stat::SelectiveResends,
     Stat::RateLimitedQps,
+    Stat::TeardownGracePeriods,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -211,6 +216,7 @@ pub const NAMES: [&str; COUNT] = [
     "write_packets_ahead\0",
     "selective_resends\0",
     "rate_limited_qps\0",
+    "teardown_grace_periods\0",
 ];
 
 impl Stat {
