@@ -3,11 +3,12 @@
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
 #   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
 #   make bench-loss   goodput under netem loss/reordering/duplication, rrxe and siw (issue 28)
+#   make bench-incast N senders into one receiver through a marking bottleneck, DCQCN on/off (issue 29)
 #   make fuzz   longer fuzz runs than make test's
 #   make scale  the control path at scale, rdma_rxe beside rrxe (not part of make test)
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench bench-loss scale soak fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench bench-loss bench-incast scale soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -40,6 +41,11 @@ scale:
 
 bench-loss: build
 	scripts/bench-loss
+
+# Incast (issue 29): 1, 2, 4, 8 senders into one receiver through tbf + red (ecn), DCQCN on and
+# off: goodput, drops, queueing delay, Jain's index, the table and plots into docs/bench/.
+bench-incast: build
+	scripts/bench-incast
 
 # Longer fuzz runs than `make test` does: 10^6 packets through the pure receive path, the
 # coverage-guided host targets (RRXE_FUZZ_SECONDS each, default 300; cargo-fuzz, stable), the guest.

@@ -331,8 +331,10 @@ impl<T: IbDriver> Device<T> {
 
     /// Allocates, registers and publishes a device named `name` on `netdev`.
     ///
-    /// Fails with `EEXIST` when `netdev` already carries an RDMA device (ours or another
-    /// driver's). Once this returns `Ok`, the device belongs to ib_core and the registry.
+    /// Fails with `EEXIST` when `netdev` already carries an RDMA device that is not iWARP
+    /// (ours, rdma_rxe's, a RoCE HCA's). An iWARP device (siw) runs over TCP and leaves RoCEv2
+    /// alone, so the two may share a netdev, as rdma_rxe and siw do. Once this returns `Ok`,
+    /// the device belongs to ib_core and the registry.
     pub(crate) fn register(
         registry: &Arc<Registry<T>>,
         name: &CStr,
@@ -340,15 +342,27 @@ impl<T: IbDriver> Device<T> {
         id: &DeviceIdentity,
         data: impl PinInit<T::Data, Error>,
     ) -> Result {
-        // Refuse a netdev that any driver already uses (the same UDP port cannot serve two).
-        // SAFETY: `netdev` is alive; a returned device carries a reference we drop at once.
-        let other = unsafe {
-            b::ib_device_get_by_netdev(netdev.as_raw(), b::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
-        };
-        if !other.is_null() {
+        // Refuse a netdev that another RoCE or IB device already uses (the same UDP port, or
+        // the same wire, cannot serve two); an iWARP device may stay beside us. The lookup
+        // by any driver finds one device of the netdev, which may be an iWARP one hiding an
+        // rdma_rxe, so rdma_rxe is also asked for by its own id.
+        for id in [
+            b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            b::rdma_driver_id_RDMA_DRIVER_RXE,
+        ] {
+            // SAFETY: `netdev` is alive; a returned device carries a reference dropped below.
+            let other = unsafe { b::ib_device_get_by_netdev(netdev.as_raw(), id) };
+            if other.is_null() {
+                continue;
+            }
+            // SAFETY: `other` is a registered device we hold a reference on; `node_type` is
+            // set before registration and never changes.
+            let iwarp = u32::from(unsafe { (*other).node_type }) == b::RDMA_NODE_RNIC;
             // SAFETY: `other` was returned with a reference held for us.
             unsafe { b::ib_device_put(other) };
-            return Err(EEXIST);
+            if !iwarp {
+                return Err(EEXIST);
+            }
         }
 
         // SAFETY: `_ib_alloc_device` accepts any size >= sizeof(struct ib_device).

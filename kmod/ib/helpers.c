@@ -9,6 +9,7 @@
 #include <net/udp_tunnel.h>
 #include <linux/gfp.h>
 #include <linux/vmalloc.h>
+#include <linux/mm.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_umem_odp.h>
 #include <linux/hmm.h>
@@ -200,6 +201,46 @@ struct page *rrxe_alloc_page(gfp_t gfp)
 void rrxe_free_page(struct page *page)
 {
 	__free_page(page);
+}
+
+/*
+ * A small ring as one physically contiguous block (alloc_pages_exact: split into order-0 pages,
+ * each with its own reference count, so that a user mapping made by rrxe_map_ring_block keeps
+ * the pages it maps alive on its own), zeroed and charged per gfp.  No vmap area, no page
+ * array: the linear map addresses it.  NULL when no such block is free (no retries, no
+ * warning: the caller falls back to rrxe_vmap_user).
+ */
+void *rrxe_alloc_ring_block(size_t bytes, gfp_t gfp)
+{
+	return alloc_pages_exact(bytes, gfp | __GFP_ZERO | __GFP_NOWARN | __GFP_NORETRY);
+}
+
+/* Drops the block's references to its pages (user mappings may still hold theirs). */
+void rrxe_free_ring_block(void *addr, size_t bytes)
+{
+	free_pages_exact(addr, bytes);
+}
+
+/*
+ * Maps a block from rrxe_alloc_ring_block into vma from its start, as remap_vmalloc_range()
+ * does for a vmap area: each page inserted with its own reference, the VMA neither expanded
+ * nor dumped.  -EINVAL when the VMA is larger than the block.
+ */
+int rrxe_map_ring_block(struct vm_area_struct *vma, void *addr, size_t bytes)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+	unsigned long off;
+	int ret;
+
+	if (!PAGE_ALIGNED(addr) || size > PAGE_ALIGN(bytes))
+		return -EINVAL;
+	for (off = 0; off < size; off += PAGE_SIZE) {
+		ret = vm_insert_page(vma, vma->vm_start + off, virt_to_page(addr + off));
+		if (ret)
+			return ret;
+	}
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	return 0;
 }
 
 /*

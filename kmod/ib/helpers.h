@@ -95,6 +95,9 @@ bool rrxe_odp_enabled(void);
 struct page *rrxe_alloc_page(gfp_t gfp);
 void rrxe_free_page(struct page *page);
 void *rrxe_vmap_user(struct page **pages, unsigned int count);
+void *rrxe_alloc_ring_block(size_t bytes, gfp_t gfp);
+void rrxe_free_ring_block(void *addr, size_t bytes);
+int rrxe_map_ring_block(struct vm_area_struct *vma, void *addr, size_t bytes);
 
 /* mod.rs */
 void rrxe_rcu_read_lock(void);

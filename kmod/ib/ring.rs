@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Queue memory shared with user space: zeroed pages, charged to the caller's memory cgroup
-//! (`GFP_KERNEL_ACCOUNT`, as `vmalloc_user` is not), mapped into one virtually contiguous
-//! `VM_USERMAP` area and published through an `rdma_user_mmap_entry`, so the provider maps them
-//! with `mmap(cmd_fd, key)`. (6.12 has no exported accounted `vmalloc_user`; net/xdp uses the
-//! unexported `__vmalloc_node_range` for the same purpose.)
+//! (`GFP_KERNEL_ACCOUNT`, as `vmalloc_user` is not), published through an
+//! `rdma_user_mmap_entry`, so the provider maps them with `mmap(cmd_fd, key)`. A ring of up to
+//! [`BLOCK_MAX`] bytes (every ring of a default-sized QP or CQ) is one physically contiguous
+//! block in the linear map: one page allocation, no page array, no vmap area to set up and
+//! tear down (under a debug kernel those cost several tracked allocations and a TLB purge per
+//! ring). Larger rings, or a small one when no contiguous block is free, are order-0 pages
+//! mapped into one virtually contiguous `VM_USERMAP` area. (6.12 has no exported accounted
+//! `vmalloc_user`; net/xdp uses the unexported `__vmalloc_node_range` for the same purpose.)
 //!
 //! Life cycle: [`SharedRing::new`] allocates and inserts the entry; dropping the ring (when its
 //! CQ/QP is destroyed) removes the entry, so no new mapping can be made; ib_core calls
 //! `ops.mmap_free` when the entry's last reference is dropped, and the area is freed there.
-//! ib_core does not track mappings made with `remap_vmalloc_range` (only `rdma_user_mmap_io`
-//! ones), so that can happen while a process still has the ring mapped: the mapping then keeps
-//! the pages themselves alive (`vm_insert_page` took a reference on each), and they are freed
-//! with the last mapping. A process that keeps a mapping after destroying the object therefore
+//! ib_core does not track mappings made with `remap_vmalloc_range` or `vm_insert_page` (only
+//! `rdma_user_mmap_io` ones), so that can happen while a process still has the ring mapped: the
+//! mapping then keeps the pages themselves alive (`vm_insert_page` took a reference on each,
+//! for both kinds of area), and they are freed with the last mapping. A process that keeps a mapping after destroying the object therefore
 //! keeps valid (if useless) pages.
 //!
 //! The memory is writable by user space at any time: the kernel reads indices with acquire
@@ -28,12 +32,87 @@ use kernel::{prelude::*, types::Opaque};
 /// The unit of [`SharedRing::read`] and [`SharedRing::write`] on aligned offsets.
 const WORD: usize = 8;
 
+/// Rings up to this size are one contiguous block ([`Area`]): order 3, the largest order the
+/// page allocator treats as cheap (`PAGE_ALLOC_COSTLY_ORDER`).
+pub(crate) const BLOCK_MAX: usize = 8 * kernel::page::PAGE_SIZE;
+
+/// Zeroed, page-aligned ring memory of `bytes` bytes (a multiple of the page size). Dropping it
+/// drops its references to its pages: they are freed unless user mappings still hold them. Its
+/// owners drop it only when nothing in the kernel uses the memory any more (a [`SharedRing`]'s
+/// kernel area with the ring; a user ring's in `mmap_free`, when ib_core is done with the entry
+/// and the ring is gone).
+///
+/// # Invariants
+///
+/// `mem` is an area of `bytes` bytes from `rrxe_alloc_ring_block` (when `block`) or from
+/// [`alloc_user_mappable`], owned by this value.
+struct Area {
+    mem: *mut u8,
+    bytes: usize,
+    block: bool,
+}
+
+impl Drop for Area {
+    fn drop(&mut self) {
+        if self.block {
+            // SAFETY: by the invariant a block of `bytes` bytes, ours; its owners drop it only
+            // when nothing uses it (see the type's documentation).
+            unsafe { b::rrxe_free_ring_block(self.mem.cast(), self.bytes) };
+        } else {
+            // SAFETY: by the invariant a vmap area, ours; unused, as above.
+            unsafe { b::vfree(self.mem.cast()) };
+        }
+    }
+}
+
+impl Area {
+    /// Allocates `bytes` (a multiple of the page size, not 0) of zeroed memory charged to the
+    /// current memory cgroup. Process context.
+    fn alloc(bytes: usize) -> Result<Self> {
+        if bytes <= BLOCK_MAX {
+            // SAFETY: allocating has no preconditions; NULL means no block was free.
+            let mem = unsafe { b::rrxe_alloc_ring_block(bytes, b::GFP_KERNEL_ACCOUNT) };
+            if !mem.is_null() {
+                // INVARIANT: a block of `bytes` bytes, ours.
+                return Ok(Area {
+                    mem: mem.cast(),
+                    bytes,
+                    block: true,
+                });
+            }
+        }
+        let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
+        // INVARIANT: a vmap area of `bytes` bytes, ours.
+        Ok(Area {
+            mem,
+            bytes,
+            block: false,
+        })
+    }
+
+    /// Maps the area into `vma` from its start.
+    ///
+    /// # Safety
+    ///
+    /// `vma` is a VMA being set up by `mmap` (its lock held for writing) no larger than the
+    /// area, and the area lives until this returns.
+    unsafe fn map(&self, vma: *mut b::vm_area_struct) -> Result {
+        let r = if self.block {
+            // SAFETY: per the contract; the helper checks the size itself.
+            unsafe { b::rrxe_map_ring_block(vma, self.mem.cast(), self.bytes) }
+        } else {
+            // SAFETY: per the contract; `remap_vmalloc_range` checks the size itself.
+            unsafe { b::remap_vmalloc_range(vma, self.mem.cast(), 0) }
+        };
+        kernel::error::to_result(r)
+    }
+}
+
 /// The ib_core entry with our memory behind it.
 #[repr(C)]
 struct Mapping {
     entry: Opaque<b::rdma_user_mmap_entry>,
-    mem: *mut u8,
-    bytes: usize,
+    area: Area,
 }
 
 /// Where a ring's memory lives.
@@ -41,7 +120,7 @@ enum Backing {
     /// Shared with a user context through an mmap entry.
     User(NonNull<Mapping>),
     /// A kernel consumer's queue: the same layout, never mapped to user space.
-    Kernel { mem: NonNull<u8>, bytes: usize },
+    Kernel(Area),
 }
 
 /// A ring shared with one user context, or the same ring format for a kernel consumer (kernel
@@ -50,10 +129,9 @@ enum Backing {
 /// # Invariants
 ///
 /// - `Backing::User(map)`: `map` points to a live `Mapping` whose entry is inserted in a
-///   ucontext and whose `mem` is an [`alloc_user_mappable`] area of `bytes` bytes; the entry is
-///   removed exactly once, in `drop`.
-/// - `Backing::Kernel { mem, bytes }`: `mem` is an [`alloc_user_mappable`] area of `bytes`
-///   bytes owned by this ring alone and freed exactly once, in `drop`.
+///   ucontext; the entry is removed exactly once, in `drop`, and the area freed with it.
+/// - `Backing::Kernel(area)`: an area owned by this ring alone and freed exactly once, in
+///   `drop`.
 pub(crate) struct SharedRing {
     backing: Backing,
     key: u64,
@@ -109,22 +187,16 @@ impl SharedRing {
         if bytes == 0 || bytes % kernel::page::PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
-        let boxed = match KBox::new(
+        // The box first: once the area exists nothing can fail before it is owned.
+        let boxed = KBox::<Mapping>::new_uninit(GFP_KERNEL_ACCOUNT)?;
+        let area = Area::alloc(bytes)?;
+        let boxed = KBox::write(
+            boxed,
             Mapping {
                 entry: Opaque::uninit(),
-                mem,
-                bytes,
+                area,
             },
-            GFP_KERNEL_ACCOUNT,
-        ) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: `mem` came from `alloc_user_mappable` and is not shared yet.
-                unsafe { b::vfree(mem.cast()) };
-                return Err(e.into());
-            }
-        };
+        );
         let map = KBox::into_raw(boxed);
         // SAFETY: `map` is a fresh allocation; a zeroed entry is what `..._insert` expects.
         // `uctx` is the live context of this verb call. On failure nothing refers to the entry.
@@ -152,13 +224,9 @@ impl SharedRing {
         if bytes == 0 || bytes % kernel::page::PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        let mem = alloc_user_mappable(bytes / kernel::page::PAGE_SIZE)?;
-        let Some(mem) = NonNull::new(mem) else {
-            return Err(ENOMEM);
-        };
         // INVARIANT: the area is ours alone; `drop` frees it.
         Ok(SharedRing {
-            backing: Backing::Kernel { mem, bytes },
+            backing: Backing::Kernel(Area::alloc(bytes)?),
             key: 0,
         })
     }
@@ -167,13 +235,11 @@ impl SharedRing {
     ///
     /// `map` must be a `Mapping` from `new` whose entry ib_core no longer refers to (never
     /// inserted, or past `mmap_free`). User mappings may remain: they hold their own page
-    /// references, so `vfree` only drops the area's.
+    /// references, so freeing the area only drops its own.
     unsafe fn free(map: *mut Mapping) {
-        // SAFETY: per the contract above.
-        unsafe {
-            b::vfree((*map).mem.cast());
-            drop(KBox::from_raw(map));
-        }
+        // SAFETY: per the contract above the box is ours again, and nothing uses the area:
+        // dropping the box frees it.
+        drop(unsafe { KBox::from_raw(map) });
     }
 
     /// The `mmap` offset of this ring.
@@ -185,16 +251,16 @@ impl SharedRing {
     pub(crate) fn bytes(&self) -> usize {
         match &self.backing {
             // SAFETY: by the type invariant the mapping is live.
-            Backing::User(map) => unsafe { map.as_ref().bytes },
-            Backing::Kernel { bytes, .. } => *bytes,
+            Backing::User(map) => unsafe { map.as_ref().area.bytes },
+            Backing::Kernel(area) => area.bytes,
         }
     }
 
     fn mem(&self) -> *mut u8 {
         match &self.backing {
             // SAFETY: by the type invariant the mapping is live.
-            Backing::User(map) => unsafe { map.as_ref().mem },
-            Backing::Kernel { mem, .. } => mem.as_ptr(),
+            Backing::User(map) => unsafe { map.as_ref().area.mem },
+            Backing::Kernel(area) => area.mem,
         }
     }
 
@@ -285,8 +351,8 @@ impl Drop for SharedRing {
             Backing::User(map) => unsafe {
                 b::rdma_user_mmap_entry_remove((*map.as_ptr()).entry.get())
             },
-            // SAFETY: by the type invariant the area is ours alone and freed only here.
-            Backing::Kernel { mem, .. } => unsafe { b::vfree(mem.as_ptr().cast()) },
+            // The ring is going: nothing uses its area, which is dropped with it.
+            Backing::Kernel(_) => {}
         }
     }
 }
@@ -314,10 +380,11 @@ pub(crate) unsafe fn mmap(uctx: *mut b::ib_ucontext, vma: *mut b::vm_area_struct
         return Err(EINVAL);
     }
     let map = entry.cast::<Mapping>();
-    // SAFETY: `entry_get` returned one of our entries with a reference held until `put`; the
-    // VMA's size was checked against the entry's length by `rdma_user_mmap_entry_get`.
-    let r = unsafe { b::remap_vmalloc_range(vma, (*map).mem.cast(), 0) };
+    // SAFETY: `entry_get` returned one of our entries with a reference held until `put`, so the
+    // area lives; the VMA's size was checked against the entry's length by
+    // `rdma_user_mmap_entry_get`, and uverbs' mmap runs with the VMA's lock held for writing.
+    let r = unsafe { (*map).area.map(vma) };
     // SAFETY: drops the reference taken by `entry_get`.
     unsafe { b::rdma_user_mmap_entry_put(entry) };
-    kernel::error::to_result(r)
+    r
 }

@@ -24,7 +24,7 @@ use kernel::{
 /// pinned (so valid) while `raw` is. `pages.len() * PAGE_SIZE >= page_off + len`.
 pub(crate) struct Umem {
     raw: *mut b::ib_umem,
-    pages: KVVec<*mut b::page>,
+    pages: PageArray,
     /// Offset of the start address within its page (`ib_umem_offset`).
     page_off: usize,
     /// Bytes pinned from the start address.
@@ -37,6 +37,56 @@ unsafe impl Send for Umem {}
 // SAFETY: no `&self` method mutates the umem or the page array; the memory they reach is shared
 // with user space anyway and only accessed through copies and atomics.
 unsafe impl Sync for Umem {}
+
+/// Registrations of up to this many pages record them in the [`Umem`] itself: no allocation
+/// (and none to free) for the common small MR.
+const INLINE_PAGES: usize = 2;
+
+/// The pinned pages of a [`Umem`]: inline for small ranges, else an array.
+enum PageArray {
+    Inline([*mut b::page; INLINE_PAGES], usize),
+    Heap(KVVec<*mut b::page>),
+}
+
+impl PageArray {
+    /// An empty array with room for `n` pages.
+    fn with_capacity(n: usize) -> Result<Self> {
+        Ok(if n <= INLINE_PAGES {
+            PageArray::Inline([ptr::null_mut(); INLINE_PAGES], 0)
+        } else {
+            PageArray::Heap(KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?)
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            PageArray::Inline(_, n) => *n,
+            PageArray::Heap(v) => v.len(),
+        }
+    }
+
+    fn push(&mut self, p: *mut b::page) -> Result {
+        match self {
+            PageArray::Inline(a, n) => {
+                *a.get_mut(*n).ok_or(ENOMEM)? = p;
+                *n += 1;
+                Ok(())
+            }
+            PageArray::Heap(v) => Ok(v.push(p, GFP_KERNEL_ACCOUNT)?),
+        }
+    }
+}
+
+impl core::ops::Index<usize> for PageArray {
+    type Output = *mut b::page;
+
+    fn index(&self, i: usize) -> &*mut b::page {
+        match self {
+            PageArray::Inline(a, n) => &a[..*n][i],
+            PageArray::Heap(v) => &v[i],
+        }
+    }
+}
 
 impl Umem {
     /// Pins `len` bytes at user address `addr` for `access` (`IB_ACCESS_*`) and builds the page
@@ -61,7 +111,7 @@ impl Umem {
         // the walk succeeds, and no method runs before that.
         let mut umem = Umem {
             raw,
-            pages: KVVec::new(),
+            pages: PageArray::Inline([ptr::null_mut(); INLINE_PAGES], 0),
             page_off: 0,
             len: 0,
         };
@@ -70,7 +120,7 @@ impl Umem {
         let (address, length) = unsafe { ((*raw).address, (*raw).length) };
         let page_off = address & (PAGE_SIZE - 1);
         let npages = (page_off + length).div_ceil(PAGE_SIZE);
-        let mut pages = KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
+        let mut pages = PageArray::with_capacity(npages)?;
         // SAFETY: `raw` is a valid umem; `sgt_append.sgt` is its CPU scatter table with
         // `orig_nents` entries chained through `sg_next`.
         let (mut sg, nents) =
@@ -99,7 +149,7 @@ impl Umem {
                 // SAFETY: the entry covers `bytes / PAGE_SIZE` physically contiguous pages from
                 // `first`, so the `i`-th exists.
                 let page = unsafe { b::rrxe_nth_page(first, i as _) };
-                pages.push(page, GFP_KERNEL_ACCOUNT)?;
+                pages.push(page)?;
             }
             // SAFETY: `sg` is a live entry; `sg_next` follows chain links and returns NULL after
             // the last entry.

@@ -101,6 +101,12 @@ pub enum Stat {
     /// READ responses that arrived past a gap (reordered, or after a loss) and were placed
     /// at once instead of being asked for again.
     ReadResponsesAhead,
+    /// RDMA WRITE packets the responder placed past a gap (reordered, or after a loss) at
+    /// once; the expected PSN later moves over them without their being sent again.
+    WritePacketsAhead,
+    /// Requester: single packets sent again on a sequence NAK to a peer that places
+    /// out-of-order WRITE packets, instead of going back N.
+    SelectiveResends,
     /// Accesses that met a page of an on-demand-paging MR that was not present (the fault is
     /// taken in process context; RC requests are answered with an RNR NAK, the requester's
     /// own gather waits, a response is dropped and asked for again, UD drops).
@@ -108,10 +114,14 @@ pub enum Stat {
     /// A gauge, not a count: QPs whose rate DCQCN limits now (cut by a CNP and not yet
     /// recovered to the line rate).
     RateLimitedQps,
+    /// RCU grace periods object teardown waited for (QP destroy, MR deregistration, MW
+    /// deallocation): one only when a data-path reader held an entry of the object's table as
+    /// the object left it, so an idle teardown of any number of objects adds none.
+    TeardownGracePeriods,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::RateLimitedQps as usize + 1;
+pub const COUNT: usize = Stat::TeardownGracePeriods as usize + 1;
 
 /// Every counter, in index order.
 #[cfg_attr(MODULE, expect(dead_code))]
@@ -157,8 +167,11 @@ pub const ALL: [Stat; COUNT] = [
     Stat::RatePaced,
     Stat::RtoExpiries,
     Stat::ReadResponsesAhead,
+    Stat::WritePacketsAhead,
+    Stat::SelectiveResends,
     Stat::OdpMisses,
     Stat::RateLimitedQps,
+    Stat::TeardownGracePeriods,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -205,8 +218,11 @@ pub const NAMES: [&str; COUNT] = [
     "rate_paced\0",
     "rto_expiries\0",
     "read_responses_ahead\0",
+    "write_packets_ahead\0",
+    "selective_resends\0",
     "odp_misses\0",
     "rate_limited_qps\0",
+    "teardown_grace_periods\0",
 ];
 
 impl Stat {

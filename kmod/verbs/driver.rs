@@ -413,7 +413,11 @@ impl IbDriver for Rrxe {
     }
 
     fn hw_stats(dev: &Device<Self>) -> [u64; stats::COUNT] {
-        dev.data().stats.snapshot()
+        let mut v = dev.data().stats.snapshot();
+        let f = &dev.data().fabric;
+        v[stats::Stat::TeardownGracePeriods.index()] =
+            f.qps.grace_periods() + f.mrs.grace_periods() + f.mws.grace_periods();
+        v
     }
 
     fn link_changed(dev: &Device<Self>) {

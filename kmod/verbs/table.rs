@@ -3,7 +3,7 @@
 //! last reference in process context.
 
 use crate::ib::bh::{synchronize_rcu, with_bh_disabled};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kernel::prelude::*;
 use kernel::{
     new_spinlock,
@@ -24,6 +24,9 @@ pub(crate) struct Table<T> {
     pub(super) slots: SpinLock<KVVec<Option<Arc<T>>>>,
     /// [`Held`] references alive, for any entry.
     pub(super) held: AtomicUsize,
+    /// Grace periods [`Table::remove_and_wait`] waited for (the `teardown_grace_periods`
+    /// counter).
+    waits: AtomicU64,
 }
 
 /// A reader's reference to a table entry ([`Table::get`]); dropped before the section with
@@ -58,6 +61,7 @@ impl<T: Send + Sync> Table<T> {
         Ok(try_pin_init!(Table {
             slots <- new_spinlock!(v, "rrxe:table"),
             held: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
         }? Error))
     }
 
@@ -86,8 +90,14 @@ impl<T: Send + Sync> Table<T> {
         // this entry counted itself under the lock, before the removal.
         if v.is_some() && self.held.load(Ordering::Acquire) != 0 {
             synchronize_rcu();
+            self.waits.fetch_add(1, Ordering::Relaxed);
         }
         v
+    }
+
+    /// Grace periods removals from this table have waited for.
+    pub(crate) fn grace_periods(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Removes entry `i`, waits for its readers ([`Table::remove_and_wait`]) and drops it

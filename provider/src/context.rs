@@ -19,7 +19,7 @@ use crate::log::{raw_line, trace};
 use crate::util::{
     c_chars_to_string, check_get_context, check_sysfs_uabi, format_fw_ver, write_c_string,
 };
-use crate::{ah, cq, mw, pd, qp, srq};
+use crate::{ah, cq, mw, pd, qp, qp_ex, srq};
 
 /// The provider's context: libibverbs' `verbs_context` (with the `ibv_context` the
 /// application sees inside it), then rrxe's own fields. Allocated (zeroed) by
@@ -233,7 +233,7 @@ pub static RRXE_CTX_OPS: verbs_context_ops = verbs_context_ops {
     create_cq: Some(cq::create_cq),
     create_cq_ex: Some(cq::create_cq_ex),
     create_qp: Some(qp::create_qp),
-    create_qp_ex: Some(qp::create_qp_ex),
+    create_qp_ex: Some(qp_ex::create_qp_ex),
     create_srq: Some(srq::create_srq),
     dealloc_mw: Some(mw::dealloc_mw),
     dealloc_pd: Some(pd::dealloc_pd),

@@ -26,6 +26,7 @@ pub mod ring;
 pub mod srq;
 pub mod sync;
 pub mod util;
+pub mod wr_batch;
 
 #[cfg(test)]
 mod mock_tests;

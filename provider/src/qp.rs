@@ -16,19 +16,16 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use rrxe_uapi::CreateQpResp;
 
 use crate::abi::{
-    cmd_errno, ibv_ah, ibv_cmd_attach_mcast, ibv_cmd_create_qp, ibv_cmd_create_qp_ex2,
-    ibv_cmd_destroy_qp, ibv_cmd_detach_mcast, ibv_cmd_modify_qp, ibv_cmd_post_send,
-    ibv_cmd_query_qp, ibv_context, ibv_gid, ibv_modify_qp, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap,
-    ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_qp, ibv_recv_wr, ibv_send_wr,
-    post_send_doorbell, rrxe_create_qp, rrxe_create_qp_ex, rrxe_create_qp_ex_resp,
+    cmd_errno, ibv_ah, ibv_cmd_attach_mcast, ibv_cmd_create_qp, ibv_cmd_destroy_qp,
+    ibv_cmd_detach_mcast, ibv_cmd_modify_qp, ibv_cmd_post_send, ibv_cmd_query_qp, ibv_context,
+    ibv_gid, ibv_modify_qp, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr,
+    ibv_query_qp, ibv_recv_wr, ibv_send_wr, post_send_doorbell, rrxe_create_qp,
     rrxe_create_qp_resp, set_errno, verbs_qp, CBox, ZeroInit, IBV_QPS_RESET, IBV_QPS_RTS,
-    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, VERBS_QP_EX,
 };
 use crate::ah::ah_num_of;
 use crate::log::trace;
-use crate::qp_ex::QpEx;
 use crate::ring::{Mapping, RqRing, SendHooks, SqCaps, SqRing};
-use crate::util::{check_create_qp_ex_mask, check_send_ops_flags};
+use crate::wr_batch::QpEx;
 
 /// The provider's QP: libibverbs' `verbs_qp` (the application's `ibv_qp`, or `ibv_qp_ex`, at
 /// offset 0), then the rings. Always the full `verbs_qp`: `ibv_qp_to_qp_ex()` reads
@@ -163,19 +160,18 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
     };
     // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
     let cap = unsafe { (*attr).cap };
-    finish_create("create_qp", ret, qp, &resp.drv_payload, &cap, false)
+    finish_create("create_qp", ret, qp, &resp.drv_payload, &cap)
 }
 
 /// The common end of both create paths: maps the rings, then the QP passes to libibverbs; on
 /// failure (of the command, or of the mapping, after which the kernel QP is destroyed again)
 /// it is freed and `errno` set.
-fn finish_create(
+pub(crate) fn finish_create(
     what: &str,
     ret: c_int,
     qp: CBox<RrxeQp>,
     resp: &CreateQpResp,
     cap: &ibv_qp_cap,
-    with_builders: bool,
 ) -> *mut ibv_qp {
     if ret != 0 {
         trace!("{what} = {ret}");
@@ -205,78 +201,10 @@ fn finish_create(
             return ptr::null_mut();
         }
     }
-    if with_builders {
-        // SAFETY: `qp` is ours until `into_raw` below; `ibv_cmd_create_qp_ex2` set
-        // `comp_mask` (0) already, so the flag is added after it.
-        unsafe {
-            (*qp.as_ptr()).ex = Box::into_raw(Box::new(QpEx::new()));
-            crate::qp_ex::install(qp.as_ptr());
-            (*qp.as_ptr()).vqp.comp_mask |= VERBS_QP_EX;
-        }
-    }
     RrxeQp::trace_created(what, p);
     trace!("{what}: sq ring {:?}, rq ring {:?}", resp.sq, resp.rq);
     qp.into_raw();
     p
-}
-
-/// `verbs_context_ops::create_qp_ex` (`ibv_create_qp_ex` with more than
-/// `IBV_QP_INIT_ATTR_PD`): `ibv_cmd_create_qp_ex2`. Accepts `PD`, `CREATE_FLAGS` (the kernel
-/// judges the flags) and `SEND_OPS_FLAGS` (the `ibv_wr_*` builders, for the operations the QP
-/// type offers: [`check_send_ops_flags`]); everything else fails with `EOPNOTSUPP` before any
-/// kernel call (see [`check_create_qp_ex_mask`]).
-///
-/// # Safety
-/// Called by libibverbs only, with a context of ours and a valid `attr`.
-pub unsafe extern "C" fn create_qp_ex(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    // SAFETY: `attr` is valid (libibverbs' contract).
-    let (mask, qp_type, ops) =
-        unsafe { ((*attr).comp_mask, (*attr).qp_type, (*attr).send_ops_flags) };
-    let with_builders = mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
-    let check = check_create_qp_ex_mask(mask).and_then(|()| {
-        if with_builders {
-            check_send_ops_flags(qp_type, ops)
-        } else {
-            Ok(())
-        }
-    });
-    if let Err(e) = check {
-        trace!("create_qp_ex(comp_mask {mask:#x}, type {qp_type}, send_ops {ops:#x}) = {e}");
-        set_errno(e);
-        return ptr::null_mut();
-    }
-    let Some(qp) = CBox::<RrxeQp>::new_zeroed() else {
-        set_errno(libc::ENOMEM);
-        return ptr::null_mut();
-    };
-    let mut cmd = rrxe_create_qp_ex::default();
-    let mut resp = rrxe_create_qp_ex_resp::default();
-    // SAFETY: `ctx`/`attr` as received from libibverbs; the QP is a live zeroed `verbs_qp`;
-    // `cmd`/`resp` are writable buffers of the sizes passed.
-    let ret = unsafe {
-        ibv_cmd_create_qp_ex2(
-            ctx,
-            &raw mut (*qp.as_ptr()).vqp,
-            attr,
-            (&raw mut cmd).cast(),
-            size_of_val(&cmd),
-            (&raw mut resp).cast(),
-            size_of_val(&resp),
-        )
-    };
-    // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
-    let cap = unsafe { (*attr).cap };
-    finish_create(
-        "create_qp_ex",
-        ret,
-        qp,
-        &resp.drv_payload,
-        &cap,
-        with_builders,
-    )
 }
 
 /// `verbs_context_ops::modify_qp`: `ibv_cmd_modify_qp` (`MODIFY_QP`). For RoCE the kernel

@@ -15,227 +15,22 @@
 //! cannot interleave builders on one QP; `post_send` on the same QP may run meanwhile (the send
 //! ring has its own lock).
 
-use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
+use core::mem::size_of_val;
 use core::ptr;
 
 use crate::abi::{
-    ibv_ah, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_send_wr, ibv_sge,
-    ibv_wr_opcode, IBV_SEND_INLINE, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-    IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
+    ibv_ah, ibv_cmd_create_qp_ex2, ibv_context, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp,
+    ibv_qp_ex, ibv_qp_init_attr_ex, ibv_send_wr, ibv_sge, ibv_wr_opcode, rrxe_create_qp_ex,
+    rrxe_create_qp_ex_resp, set_errno, CBox, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW,
+    IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, VERBS_QP_EX,
 };
 use crate::log::trace;
-use crate::qp::{send_state_ok, QpHooks, RrxeQp};
-use crate::sync::RawMutex;
-
-/// The recorded body of a WR.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Body {
-    /// No data (zero-length operations).
-    #[default]
-    None,
-    /// `sges[start..start + len]`.
-    Sges { start: usize, len: usize },
-    /// `inline[start..start + len]`.
-    Inline { start: usize, len: usize },
-}
-
-/// One WR of a batch.
-struct Pending {
-    /// Everything but `next`, `sg_list`, `num_sge` and the INLINE flag (set at completion).
-    wr: ibv_send_wr,
-    body: Body,
-}
-
-/// The batch between `wr_start` and `wr_complete` (see the module docs).
-#[derive(Default)]
-pub struct Batch {
-    wrs: Vec<Pending>,
-    sges: Vec<ibv_sge>,
-    inline: Vec<u8>,
-    /// The first error (positive errno), or 0.
-    err: c_int,
-}
-
-impl Batch {
-    fn clear(&mut self) {
-        self.wrs.clear();
-        self.sges.clear();
-        self.inline.clear();
-        self.err = 0;
-    }
-
-    fn fail(&mut self, e: c_int) {
-        if self.err == 0 {
-            self.err = e;
-        }
-    }
-
-    /// Starts a new WR with `opcode`, `wr_id` and the flags (INLINE excepted: only the inline
-    /// setters make a WR inline). Returns it for the opcode's fields.
-    fn push(&mut self, opcode: ibv_wr_opcode, wr_id: u64, flags: u32) -> &mut ibv_send_wr {
-        let wr = ibv_send_wr {
-            wr_id,
-            opcode,
-            send_flags: flags & !IBV_SEND_INLINE,
-            ..Default::default()
-        };
-        self.wrs.push(Pending {
-            wr,
-            body: Body::None,
-        });
-        &mut self.wrs.last_mut().expect("just pushed").wr
-    }
-
-    /// The last WR, for the setters; `EINVAL` (recorded) when there is none.
-    fn last(&mut self) -> Option<&mut Pending> {
-        if self.wrs.is_empty() {
-            self.fail(libc::EINVAL);
-            return None;
-        }
-        self.wrs.last_mut()
-    }
-
-    /// `wr_set_sge_list` (and `wr_set_sge` with one entry): the last WR's SGEs are `list`.
-    pub fn set_sges(&mut self, list: &[ibv_sge]) {
-        let start = self.sges.len();
-        if self.last().is_none() {
-            return;
-        }
-        self.sges.extend_from_slice(list);
-        let p = self.wrs.last_mut().expect("checked");
-        p.body = if list.is_empty() {
-            Body::None
-        } else {
-            Body::Sges {
-                start,
-                len: list.len(),
-            }
-        };
-    }
-
-    /// `wr_set_inline_data(_list)`: the last WR carries the concatenation of `parts` inline.
-    /// More than `max_inline` bytes is `EINVAL` (recorded), without copying.
-    ///
-    /// # Safety
-    /// Every `(addr, len)` part must be readable for `len` bytes.
-    pub unsafe fn set_inline(&mut self, parts: &[(*const u8, usize)], max_inline: u32) {
-        if self.last().is_none() {
-            return;
-        }
-        let total = parts.iter().try_fold(0usize, |t, &(_, l)| t.checked_add(l));
-        match total {
-            Some(t) if t <= max_inline as usize => {}
-            _ => return self.fail(libc::EINVAL),
-        }
-        let start = self.inline.len();
-        for &(addr, len) in parts {
-            if len == 0 {
-                continue;
-            }
-            if addr.is_null() {
-                return self.fail(libc::EINVAL);
-            }
-            // SAFETY: readable for `len` bytes (contract).
-            self.inline
-                .extend_from_slice(unsafe { core::slice::from_raw_parts(addr, len) });
-        }
-        let len = self.inline.len() - start;
-        self.wrs.last_mut().expect("checked").body = Body::Inline { start, len };
-    }
-
-    /// The 8 bytes of an ATOMIC WRITE, as the last WR's inline data (not bounded by
-    /// `max_inline_data`: they travel in the WQE header).
-    pub fn set_atomic_value(&mut self, value: [u8; 8]) {
-        if self.last().is_none() {
-            return;
-        }
-        let start = self.inline.len();
-        self.inline.extend_from_slice(&value);
-        self.wrs.last_mut().expect("checked").body = Body::Inline { start, len: 8 };
-    }
-
-    /// `wr_set_ud_addr`.
-    pub fn set_ud(&mut self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
-        if let Some(p) = self.last() {
-            p.wr.wr.ud.ah = ah;
-            p.wr.wr.ud.remote_qpn = remote_qpn;
-            p.wr.wr.ud.remote_qkey = remote_qkey;
-        }
-    }
-
-    /// Links the recorded WRs into an `ibv_send_wr` list over the batch's own SGE and inline
-    /// storage and returns its head (NULL for an empty batch). The list points into `self`
-    /// and is valid until the batch is changed.
-    pub fn link(&mut self) -> *mut ibv_send_wr {
-        let Batch {
-            wrs, sges, inline, ..
-        } = self;
-        // Where each WR's SGEs start and how many; an inline WR gets one SGE over its bytes,
-        // appended after the recorded ones.
-        let layout: Vec<(usize, usize, bool)> = wrs
-            .iter()
-            .map(|p| match p.body {
-                Body::None => (0, 0, false),
-                Body::Sges { start, len } => (start, len, false),
-                Body::Inline { start, len } => {
-                    sges.push(ibv_sge {
-                        addr: inline.as_ptr().wrapping_add(start) as u64,
-                        length: len as u32,
-                        lkey: 0,
-                    });
-                    (sges.len() - 1, 1, true)
-                }
-            })
-            .collect();
-        // Pointers only now: `sges` does not grow any more.
-        let base = sges.as_mut_ptr();
-        let mut next: *mut ibv_send_wr = ptr::null_mut();
-        for (p, &(start, num, is_inline)) in wrs.iter_mut().zip(&layout).rev() {
-            let w = &mut p.wr;
-            w.next = next;
-            w.num_sge = num as c_int;
-            w.sg_list = if num == 0 {
-                ptr::null_mut()
-            } else {
-                base.wrapping_add(start)
-            };
-            if is_inline {
-                w.send_flags |= IBV_SEND_INLINE;
-            }
-            next = w;
-        }
-        next
-    }
-}
-
-/// A QP's batch and its lock (`RrxeQp::ex`, boxed so the mutex never moves).
-pub struct QpEx {
-    lock: RawMutex,
-    batch: UnsafeCell<Batch>,
-}
-
-// SAFETY: `batch` is only accessed by the thread holding `lock` (between `wr_start` and
-// `wr_complete`/`wr_abort`: the `ibv_qp_ex` contract).
-unsafe impl Sync for QpEx {}
-// SAFETY: as above.
-unsafe impl Send for QpEx {}
-
-impl QpEx {
-    pub fn new() -> QpEx {
-        QpEx {
-            lock: RawMutex::new(),
-            batch: UnsafeCell::new(Batch::default()),
-        }
-    }
-}
-
-impl Default for QpEx {
-    fn default() -> Self {
-        QpEx::new()
-    }
-}
+use crate::qp::{finish_create, send_state_ok, QpHooks, RrxeQp};
+use crate::util::{check_create_qp_ex_mask, check_send_ops_flags};
+use crate::wr_batch::{Batch, QpEx};
 
 /// The `RrxeQp` of an `ibv_qp_ex` (offset 0 of `verbs_qp`, itself at offset 0).
 fn rqp(q: *mut ibv_qp_ex) -> *mut RrxeQp {
@@ -296,10 +91,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
         }
     };
     if ret != 0 {
-        trace!(
-            "wr_complete({q:p}) = {ret} ({} WRs not posted)",
-            b.wrs.len()
-        );
+        trace!("wr_complete({q:p}) = {ret} ({} WRs not posted)", b.len());
     }
     b.clear();
     // SAFETY: taken by `wr_start` on this thread.
@@ -547,4 +339,67 @@ pub(crate) unsafe fn install(qp: *mut RrxeQp) {
     x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_send_tso = Some(wr_unsupported_tso);
     x.wr_atomic_write = Some(wr_atomic_write);
+}
+
+/// `verbs_context_ops::create_qp_ex` (`ibv_create_qp_ex` with more than
+/// `IBV_QP_INIT_ATTR_PD`): `ibv_cmd_create_qp_ex2`. Accepts `PD`, `CREATE_FLAGS` (the kernel
+/// judges the flags) and `SEND_OPS_FLAGS` (the `ibv_wr_*` builders, for the operations the QP
+/// type offers: [`check_send_ops_flags`]); everything else fails with `EOPNOTSUPP` before any
+/// kernel call (see [`check_create_qp_ex_mask`]).
+///
+/// # Safety
+/// Called by libibverbs only, with a context of ours and a valid `attr`.
+pub unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    // SAFETY: `attr` is valid (libibverbs' contract).
+    let (mask, qp_type, ops) =
+        unsafe { ((*attr).comp_mask, (*attr).qp_type, (*attr).send_ops_flags) };
+    let with_builders = mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    let check = check_create_qp_ex_mask(mask).and_then(|()| {
+        if with_builders {
+            check_send_ops_flags(qp_type, ops)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = check {
+        trace!("create_qp_ex(comp_mask {mask:#x}, type {qp_type}, send_ops {ops:#x}) = {e}");
+        set_errno(e);
+        return ptr::null_mut();
+    }
+    let Some(qp) = CBox::<RrxeQp>::new_zeroed() else {
+        set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    };
+    let mut cmd = rrxe_create_qp_ex::default();
+    let mut resp = rrxe_create_qp_ex_resp::default();
+    // SAFETY: `ctx`/`attr` as received from libibverbs; the QP is a live zeroed `verbs_qp`;
+    // `cmd`/`resp` are writable buffers of the sizes passed.
+    let ret = unsafe {
+        ibv_cmd_create_qp_ex2(
+            ctx,
+            &raw mut (*qp.as_ptr()).vqp,
+            attr,
+            (&raw mut cmd).cast(),
+            size_of_val(&cmd),
+            (&raw mut resp).cast(),
+            size_of_val(&resp),
+        )
+    };
+    // SAFETY: `attr` is valid; on success the helper wrote the kernel's caps into it.
+    let cap = unsafe { (*attr).cap };
+    let p = finish_create("create_qp_ex", ret, qp, &resp.drv_payload, &cap);
+    if with_builders && !p.is_null() {
+        let qp = p.cast::<RrxeQp>();
+        // SAFETY: `p` is the live QP just made, not yet handed to libibverbs; its `ex` is null
+        // and `ibv_cmd_create_qp_ex2` set `comp_mask` (0) already, so the flag is added after.
+        unsafe {
+            (*qp).ex = Box::into_raw(Box::new(QpEx::new()));
+            install(qp);
+            (*qp).vqp.comp_mask |= VERBS_QP_EX;
+        }
+    }
+    p
 }

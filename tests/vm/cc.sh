@@ -3,8 +3,8 @@
 # marks. In a --bare guest: topology A of tests/vm/rel-lib.sh (rrxe0 on veth0 in init_net,
 # rrxe1 on veth1 in netns "peer"); veth0's egress is the bottleneck: netem at RRXE_CC_RATE
 # (20mbit) with RRXE_CC_MARK (2%) of packets "lost" and `ecn`, which marks an ECN-capable
-# packet Congestion Experienced instead of dropping it (and drops the others). (The test kernel
-# has netem but no tbf, fq_codel or red.)
+# packet Congestion Experienced instead of dropping it (and drops the others). The incast step
+# uses tbf and red (in the kernel config since issue 29's benchmark).
 #   settings   /sys/class/infiniband/DEV/dcqcn shows every setting, takes `name value`, and
 #              refuses an unknown name or a value out of range with EINVAL, changing nothing
 #   marked     RC traffic rrxe0 -> rrxe1 through the bottleneck: rrxe1 counts CE arrivals (so
@@ -13,6 +13,16 @@
 #              data arrives intact (rrxe-integrity, RC)
 #   ecn_off    with `ecn 0` on rrxe0 its packets leave not ECN-capable: netem drops them instead
 #              of marking (RC recovers, the data arrives intact), no CE, no CNP
+#   incast     RRXE_CC_INCAST_N (4) senders on rrxe0 write into rrxe1 at once (rrxe-incast, one
+#              QP each, 2 x 64 KiB outstanding, RRXE_CC_INCAST_SECS 20 s) through a bottleneck
+#              that marks: tbf at RRXE_CC_INCAST_RATE (8mbit) with red `ecn` under it, veth MTU
+#              9000 (RoCE MTU 4096), the DCQCN settings scaled for TCG (docs/congestion-
+#              control.md; scripts/bench-incast-guest uses the same). The senders keep more in
+#              flight (512 KiB) than red holds (400 KB), so their rates keep the queue short: red marked
+#              (the bottleneck was congested), the senders cut their rates, every byte of every
+#              WRITE arrived in place (--verify), and red dropped none of their packets (no
+#              full-queue drop; it drops early only packets that are not ECN-capable, and
+#              rrxe's are): XFAIL while not met, FAIL with RRXE_CC_INCAST_STRICT=1
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/cc.sh
 . "$(dirname "$0")/lib.sh"
@@ -71,6 +81,59 @@ check cc.ecn_off.no_cnps test "$(d rrxe1 o1 tx_cnps o0)" = 0
 echo 'ecn 1' > "$f"
 
 tc qdisc del dev veth0 root 2>/dev/null
+
+# --- incast: N senders, one receiver, DCQCN on, nothing dropped
+IN=${RRXE_CC_INCAST_N:-4}
+IRATE=${RRXE_CC_INCAST_RATE:-8mbit}
+ISECS=${RRXE_CC_INCAST_SECS:-20}
+ILIMIT=400000
+tcg_dcqcn="np_min_time_between_cnps=5000 rp_rate_reduce_monitor_period=5000 rp_dce_tcp_rtt=5000 rp_time_reset=50000 rp_byte_reset=131072 rp_ai_rate=1 rp_hai_rate=2 rp_threshold=5"
+set_dcqcn() {  # set_dcqcn NAME=VALUE...: on both devices
+  local kv
+  for kv in "$@"; do
+    echo "${kv%%=*} ${kv#*=}" > "$f" && ip netns exec peer sh -c "echo '${kv%%=*} ${kv#*=}' > /sys/class/infiniband/rrxe1/dcqcn" || return 1
+  done
+}
+# shellcheck disable=SC2086
+check cc.incast.settings set_dcqcn $tcg_dcqcn
+ip link set veth0 mtu 9000; ip -n peer link set veth1 mtu 9000
+incast_bottleneck() {
+  tc qdisc replace dev veth0 root handle 1: tbf rate "$IRATE" burst 20000 limit $ILIMIT &&
+    tc qdisc add dev veth0 parent 1:1 handle 10: red limit $ILIMIT min 20000 max 60000 avpkt 4200 \
+      burst 15 probability 0.2 bandwidth "$IRATE" ecn
+}
+check cc.incast.bottleneck incast_bottleneck
+wait_for 20 bash -c '[ "$(active_mtu rrxe0)" = 4096 ] && [ "$(active_mtu rrxe1)" = 4096 ]' ||
+  log "RoCE MTU still $(active_mtu rrxe0) after the veth MTU change"
+snap i0
+if timeout -k 5 $((ISECS + 150)) "$bin/rrxe-incast" --dev "$DEV0" --dev2 "$DEV1" --qps "$IN" --depth 2 \
+    --secs "$ISECS" --interval-ms 1000 --verify > /tmp/cc.incast.out 2>&1; then
+  pass cc.incast.every_byte_arrived
+else
+  fail cc.incast.every_byte_arrived "$(grep -E '^(FAIL|DONE)' /tmp/cc.incast.out | tail -3)"
+fi
+snap i1
+grep -E '^(DONE|START)' /tmp/cc.incast.out | sed 's/^/    /'
+qs=$(tc -s qdisc show dev veth0)
+echo "$qs" | sed 's/^/    /'
+# red's counters: "marked M early E pdrop P other O". With `ecn` red marks an ECN-capable
+# packet where it would drop it (rrxe's are all ECT): "early" counts the packets it dropped
+# because they were not ECN-capable (ARP, IPv6 neighbour discovery), "pdrop" the ones the full
+# queue dropped, ECN-capable or not: rrxe's packets are lost only there (or in "other").
+redc() { echo "$qs" | awk -v k="$1" '/marked/ { for (i = 1; i < NF; i++) if ($i == k) s += $(i+1) } END { print s + 0 }'; }
+imarks=$(redc marked)
+idrops=$(( $(redc pdrop) + $(redc other) ))
+icuts=$(d rrxe0 i1 rate_cuts i0)
+log "incast: $IN senders through tbf $IRATE + red ecn: red marked $imarks, dropped $idrops full-queue + other, $(redc early) not ECN-capable; rrxe0 rx_cnps $(d rrxe0 i1 rx_cnps i0) rate_cuts $icuts retransmits $(d rrxe0 i1 retransmits i0)"
+check cc.incast.congested_marked test "$imarks" -gt 0
+check cc.incast.rates_cut test "$icuts" -gt 0
+# Not met yet under TCG (docs/congestion-control.md, "Measured so far": 9 full-queue drops in
+# the run of 2026-11-29): a drop is printed as XFAIL, not counted, unless RRXE_CC_INCAST_STRICT=1.
+if [ "$idrops" = 0 ]; then pass cc.incast.nothing_dropped
+elif [ "${RRXE_CC_INCAST_STRICT:-0}" = 1 ]; then fail cc.incast.nothing_dropped "$idrops dropped at the full queue"
+else echo "XFAIL cc.incast.nothing_dropped: $idrops dropped at the full queue (issue 29's goal, not yet met under TCG)"; fi
+tc qdisc del dev veth0 root 2>/dev/null
+ip link set veth0 mtu 1500; ip -n peer link set veth1 mtu 1500
 del_links rrxe
 check cc.module_unloads bash -c 'wait_for() { local e=$(( $(date +%s) + 20 )); until rmmod rrxe 2>/dev/null; do [ $(date +%s) -ge $e ] && return 1; sleep 0.5; done; }; wait_for'
 summary

@@ -64,6 +64,15 @@ check "rxe0_served_by_librxe" bash -c "ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE
 check "rrxe0_still_served_by_librrxe" bash -c "ibv_devinfo -d rrxe0 | grep -q 'vendor_id:.*0x525258'"
 check_fails "rrxe_refused_on_rxe_netdev" "exists" rdma link add rrxe1 type rrxe netdev veth1
 check "rxe0_deleted" rdma link delete rxe0
+# siw (iWARP, over TCP) may share a netdev with rrxe, as with rdma_rxe; rdma_rxe may not, even
+# when siw is there too (a lookup of any driver's device can find siw first).
+check "siw0_added_on_veth1" bash -c "modprobe siw && rdma link add siw0 type siw netdev veth1"
+check "rrxe_beside_siw_on_one_netdev" rdma link add rrxe1 type rrxe netdev veth1
+check "rrxe1_beside_siw_active" wait_for 10 bash -c '[ "$(port_state rrxe1)" = "PORT_ACTIVE" ]'
+check "rrxe1_beside_siw_deleted" rdma link delete rrxe1
+check "rxe0_added_beside_siw" rdma link add rxe0 type rxe netdev veth1
+check_fails "rrxe_refused_on_rxe_and_siw_netdev" "exists" rdma link add rrxe1 type rrxe netdev veth1
+check "rxe0_siw0_deleted" bash -c "rdma link delete rxe0 && rdma link delete siw0"
 
 # --- rdma link delete, and the netdev going away
 check "link_delete_removes_device" bash -c "rdma link delete rrxe0 && ! test -e /sys/class/infiniband/rrxe0"

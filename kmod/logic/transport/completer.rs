@@ -288,7 +288,10 @@ where
             return;
         };
         match aeth.syndrome() {
-            Syndrome::Ack { .. } => self.ack_and_retry(env, psn),
+            Syndrome::Ack { .. } => {
+                self.learn_peer(psn, false);
+                self.ack_and_retry(env, psn)
+            }
             Syndrome::RnrNak { timer } => {
                 self.stat(env, Stat::RnrNaksRcvd, 1);
                 self.ack_through(env, psn.wrapping_sub(1));
@@ -308,14 +311,34 @@ where
             }
             Syndrome::Nak(NakCode::PsnSeqError) => {
                 self.stat(env, Stat::SeqNaksRcvd, 1);
+                let go_back = self.learn_peer(psn, true);
                 self.ack_through(env, psn.wrapping_sub(1));
                 // A NAK for a gap this retry already covers (a duplicate, or one that crossed
                 // our retransmission) changes nothing.
                 if self.state == QpState::Err || self.req.retrying {
                     return;
                 }
+                // A NAK inside the packets being sent again alone crossed them.
+                if self
+                    .req
+                    .sel_sent
+                    .is_some_and(|(from, end)| psn.after(from) && psn.before(end))
+                {
+                    return;
+                }
                 self.req.retrying = true;
-                if self.spend_retry(env) {
+                if !self.spend_retry(env) {
+                    return;
+                }
+                // A peer that places WRITE packets past the gap needs only the missing one
+                // (the window stays open); one that may not goes back N.
+                let sel = match self.selective_end(psn) {
+                    Some(end) if !go_back && self.req.acked == psn => self.resend_range(psn, end),
+                    _ => false,
+                };
+                if sel {
+                    self.stat(env, Stat::SelectiveResends, 1);
+                } else {
                     // Once per episode (`retrying`): the window halves, and the go-back
                     // resends only what the smaller window holds.
                     self.req.shrink_window(false);

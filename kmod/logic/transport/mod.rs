@@ -30,7 +30,7 @@ mod wqe;
 
 // The round-trip estimate's floor: for the host tests.
 #[allow(unused_imports)]
-pub use self::requester::RTO_MIN_US;
+pub use self::requester::{PeerMode, RTO_MIN_US};
 pub use self::responder::Resource;
 // The replay budget's refill period: for the host tests (the shell only supplies the clock).
 #[allow(unused_imports)]
@@ -151,6 +151,10 @@ pub struct Details {
     pub srtt_us: u64,
     /// READ responses placed ahead of a gap in the front READ, not yet in order.
     pub reads_ahead: u32,
+    /// WRITE packets the responder placed past a hole, not yet in order.
+    pub writes_ahead: u32,
+    /// Whether the peer places WRITE packets past a gap, as learnt so far.
+    pub peer: PeerMode,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -484,6 +488,21 @@ where
         self.sq_draining && !self.sq_idle()
     }
 
+    /// Whether the responder places RDMA WRITE packets that arrive past a gap (on by default);
+    /// off, it drops them as a go-back-N responder does.
+    #[cfg_attr(MODULE, expect(dead_code))]
+    pub fn set_place_ahead(&mut self, on: bool) {
+        self.resp.place_ahead = on;
+        self.resp.ahead.clear();
+    }
+
+    /// Sets what the requester takes the peer's responder for ([`PeerMode`]; learnt from the
+    /// answers otherwise).
+    #[cfg_attr(MODULE, expect(dead_code))]
+    pub fn set_peer_mode(&mut self, m: PeerMode) {
+        self.req.peer = m;
+    }
+
     /// Sets the send PSN / expected receive PSN (modify_qp with SQ_PSN / RQ_PSN).
     pub fn set_psns(&mut self, sq_psn: Option<u32>, rq_psn: Option<u32>) {
         if let Some(p) = sq_psn {
@@ -494,6 +513,7 @@ where
         }
         if let Some(p) = rq_psn {
             self.resp.epsn = Psn::from_masked(p);
+            self.resp.ahead.clear();
         }
     }
 
@@ -546,6 +566,8 @@ where
             ssthresh: self.req.ssthresh,
             srtt_us: self.req.srtt_us,
             reads_ahead: self.req.ahead.count(),
+            writes_ahead: self.resp.ahead.count(),
+            peer: self.req.peer,
         }
     }
 

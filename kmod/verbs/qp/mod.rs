@@ -491,6 +491,19 @@ pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
     if d.reads_ahead != 0 {
         t.u32(c_str!("reads_ahead"), d.reads_ahead)?;
     }
+    if d.peer != tp::PeerMode::Unknown {
+        t.str(
+            c_str!("peer"),
+            if d.peer == tp::PeerMode::Places {
+                c_str!("places")
+            } else {
+                c_str!("go-back-n")
+            },
+        )?;
+    }
+    if d.writes_ahead != 0 {
+        t.u32(c_str!("writes_ahead"), d.writes_ahead)?;
+    }
     if d.rnr_wait {
         t.str(c_str!("rnr"), c_str!("waiting"))?;
     }

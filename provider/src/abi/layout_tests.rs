@@ -134,7 +134,7 @@ fn context_ops_are_the_76_v44_entries_in_order() {
 /// the intended trampoline.
 #[test]
 fn rrxe_ops_table_fills_exactly_the_intended_slots() {
-    use crate::{ah, context, cq, mw, pd, qp, srq};
+    use crate::{ah, context, cq, mw, pd, qp, qp_ex, srq};
     let table = &crate::context::RRXE_CTX_OPS;
     // SAFETY: `verbs_context_ops` is 76 `Option<fn>` (each pointer-sized, None = 0), i.e. it
     // has the size and alignment of `[usize; 76]` (asserted by the layout table).
@@ -149,7 +149,7 @@ fn rrxe_ops_table_fills_exactly_the_intended_slots() {
         ("create_cq", cq::create_cq as *const () as usize),
         ("create_cq_ex", cq::create_cq_ex as *const () as usize),
         ("create_qp", qp::create_qp as *const () as usize),
-        ("create_qp_ex", qp::create_qp_ex as *const () as usize),
+        ("create_qp_ex", qp_ex::create_qp_ex as *const () as usize),
         ("create_srq", srq::create_srq as *const () as usize),
         ("dealloc_mw", mw::dealloc_mw as *const () as usize),
         ("dealloc_pd", pd::dealloc_pd as *const () as usize),

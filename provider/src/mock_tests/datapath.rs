@@ -529,7 +529,7 @@ fn qp_ex_builders_post_whole_batches_with_one_doorbell() {
         ax.pd = pd;
         ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         ax.send_ops_flags = crate::util::supported_send_ops(IBV_QPT_RC);
-        let qp = qp::create_qp_ex(ctx, &mut ax);
+        let qp = qp_ex::create_qp_ex(ctx, &mut ax);
         assert!(!qp.is_null());
         (*qp).handle = 0x99;
         let x = ibv_qp_to_qp_ex(qp);
@@ -812,7 +812,7 @@ fn qp_ex_ud_address_and_batch_lock() {
         ax.pd = pd;
         ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND);
-        let qp = qp::create_qp_ex(ctx, &mut ax);
+        let qp = qp_ex::create_qp_ex(ctx, &mut ax);
         assert!(!qp.is_null());
         let w = Wr(ibv_qp_to_qp_ex(qp));
         let caps = SqCaps {

@@ -26,7 +26,7 @@ use crate::context::RRXE_CTX_OPS;
 use crate::context::{free_context, RrxeContext};
 use crate::device::RrxeDevice;
 use crate::provider::RRXE_DEVICE_OPS;
-use crate::{ah, cq, pd, qp};
+use crate::{ah, cq, pd, qp, qp_ex};
 
 /// A context on a fake device, closed (and the device freed) on drop.
 struct Mock {
@@ -173,7 +173,7 @@ fn accepting_kernel_every_object_round_trips() {
         ax.qp_type = IBV_QPT_UD;
         ax.pd = pd;
         ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-        let qp2 = qp::create_qp_ex(ctx, &mut ax);
+        let qp2 = qp_ex::create_qp_ex(ctx, &mut ax);
         assert!(!qp2.is_null());
         assert_eq!((*qp2.cast::<verbs_qp>()).comp_mask, 0);
         // SEND_OPS_FLAGS: the builders, for what the QP type offers; the rest is refused
@@ -187,11 +187,11 @@ fn accepting_kernel_every_object_round_trips() {
             IBV_QP_EX_WITH_TSO,
         ] {
             ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND | bad);
-            assert!(qp::create_qp_ex(ctx, &mut ax).is_null(), "{bad:#x}");
+            assert!(qp_ex::create_qp_ex(ctx, &mut ax).is_null(), "{bad:#x}");
             errno_is(libc::EOPNOTSUPP);
         }
         ax.send_ops_flags = u64::from(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
-        let qp3 = qp::create_qp_ex(ctx, &mut ax);
+        let qp3 = qp_ex::create_qp_ex(ctx, &mut ax);
         assert!(!qp3.is_null());
         assert_eq!((*qp3.cast::<verbs_qp>()).comp_mask, VERBS_QP_EX);
         assert_eq!(ibv_qp_to_qp_ex(qp3), qp3.cast::<ibv_qp_ex>());
@@ -251,7 +251,7 @@ fn refusing_kernel_every_create_fails_cleanly() {
         ax.qp_type = IBV_QPT_RC;
         ax.pd = &mut fake_pd;
         ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-        assert!(qp::create_qp_ex(ctx, &mut ax).is_null());
+        assert!(qp_ex::create_qp_ex(ctx, &mut ax).is_null());
         errno_is(libc::ENOSPC);
         let mut aha: ibv_ah_attr = zeroed();
         assert!(ah::create_ah(&mut fake_pd, &mut aha).is_null());

@@ -1524,7 +1524,21 @@ fn lossy_run_clocked(
     mtu: u32,
     clock: bool,
 ) -> Result<(), TestCaseError> {
+    lossy_run_peer(seed, f, ops, mtu, clock, false)
+}
+
+/// [`lossy_run_clocked`], with `gbn`: B's responder drops what arrives past a gap (a go-back-N
+/// peer such as rdma_rxe) instead of placing RDMA WRITE packets ahead; A learns it.
+fn lossy_run_peer(
+    seed: u64,
+    f: Faults,
+    ops: &[(u8, u32, bool)],
+    mtu: u32,
+    clock: bool,
+    gbn: bool,
+) -> Result<(), TestCaseError> {
     let mut p = Pair::new(QpType::Rc, mtu).faulty(f, seed);
+    p.b.set_place_ahead(!gbn);
     p.sa.clock = clock;
     p.sb.clock = clock;
     let mut wants = Vec::new();
@@ -1548,10 +1562,21 @@ fn lossy_run_clocked(
                     src_b: false,
                     src: vec![src],
                 });
-                signaled(wr_opcode::SEND_WITH_IMM, i, 1)
+                SendWqe {
+                    imm_data: i as u32,
+                    ..signaled(wr_opcode::SEND_WITH_IMM, i, 1)
+                }
             }
             1 => {
-                let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
+                // Every third one with immediate: it takes a receive WQE.
+                let imm = len % 3 == 0;
+                let mut w = if imm {
+                    p.sb.rq.push_back(recv(i, 0x2000_0000 + roff, 0, 0x200));
+                    signaled(wr_opcode::RDMA_WRITE_WITH_IMM, i, 1)
+                } else {
+                    signaled(wr_opcode::RDMA_WRITE, i, 1)
+                };
+                w.imm_data = i as u32;
                 w.remote_addr = 0x1020_0000 + roff;
                 w.rkey = 0x100;
                 wants.push(Want::Bytes {
@@ -1632,8 +1657,22 @@ fn lossy_run_clocked(
             "in SQ order, successfully"
         );
     }
-    let sends = ops.iter().filter(|o| o.0 == 0).count();
-    prop_assert_eq!(p.sb.recv_cq.len(), sends, "every SEND delivered once");
+    let recvs: Vec<u64> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.0 == 0 || (o.0 == 1 && o.1 % 3 == 0))
+        .map(|(i, _)| i as u64)
+        .collect();
+    let got: Vec<u64> = p.sb.recv_cq.iter().map(|c| c.wr_id).collect();
+    prop_assert_eq!(
+        got,
+        recvs,
+        "every SEND and WRITE_WITH_IMM delivered once, in order"
+    );
+    for c in &p.sb.recv_cq {
+        prop_assert_eq!(c.status, 0);
+        prop_assert_eq!(c.imm_data, c.wr_id as u32);
+    }
     let final_v = u64::from_ne_bytes(bytes(&p.sb, 0x100, 0x103f_fff8, 8).try_into().unwrap());
     prop_assert_eq!(
         final_v,
@@ -1713,9 +1752,10 @@ proptest! {
         fault_i in 0usize..6,
         seed in any::<u64>(),
         clock in any::<bool>(),
+        gbn in proptest::bool::weighted(0.3),
     ) {
         let mtu = [256u32, 1024, 4096][mtu_i];
-        lossy_run_clocked(seed, faults_named(fault_i), &ops, mtu, clock)?;
+        lossy_run_peer(seed, faults_named(fault_i), &ops, mtu, clock, gbn)?;
     }
 }
 
@@ -1733,6 +1773,15 @@ fn long_lossy_runs_with_fixed_seeds() {
             .collect();
         lossy_run(seed, faults_named(seed as usize % 6), &ops, 1024).unwrap();
         lossy_run_clocked(seed, faults_named(seed as usize % 6), &ops, 1024, true).unwrap();
+        lossy_run_peer(
+            seed,
+            faults_named(seed as usize % 6),
+            &ops,
+            1024,
+            true,
+            true,
+        )
+        .unwrap();
     }
 }
 

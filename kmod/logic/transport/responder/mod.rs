@@ -19,7 +19,10 @@ use crate::logic::{
 };
 use core::ops::DerefMut;
 
+mod ahead;
 mod resources;
+
+use ahead::{Ahead, WriteAhead};
 
 /// What a responder resource records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,6 +133,15 @@ pub(super) struct Responder<R> {
     wr_va: u64,
     wr_rkey: u32,
     wr_len: u64,
+    /// First PSN of the current WRITE message.
+    wr_first: Psn,
+    /// WRITE packets placed past `epsn`, and their messages ([`ahead`]).
+    pub(super) ahead: WriteAhead,
+    /// Packets past `epsn` are placed when they can be ([`ahead`]); off: dropped, as a
+    /// go-back-N responder does (tests model such a peer with it).
+    pub(super) place_ahead: bool,
+    /// The in-order packet being executed is the one a sequence or RNR NAK asked for.
+    nak_answered: bool,
     /// A NAK for `epsn` (sequence or RNR) was sent or is queued: later packets are dropped
     /// silently until `epsn` arrives (the requester's timer covers a lost NAK).
     nak_sent: bool,
@@ -183,6 +195,10 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             wr_va: 0,
             wr_rkey: 0,
             wr_len: 0,
+            wr_first: Psn::ZERO,
+            ahead: WriteAhead::default(),
+            place_ahead: true,
+            nak_answered: false,
             nak_sent: false,
             uc_drop: false,
             ack_pending: None,
@@ -207,6 +223,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.in_msg = InMsg::None;
         self.msg_off = 0;
         self.recv = None;
+        self.ahead.clear();
         self.nak_sent = false;
         self.uc_drop = false;
         self.ack_pending = None;
@@ -224,6 +241,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             r.next = r.count;
         }
         self.in_msg = InMsg::None;
+        self.ahead.clear();
         self.ack_pending = None;
         self.nak_pending = None;
         core::mem::take(&mut self.reack_left) > 0
@@ -604,6 +622,7 @@ where
         let psn = pkt.bth().psn;
         match self.classify(psn, info.position.is_start()) {
             Arrival::InOrder => {
+                self.resp.nak_answered = self.resp.nak_sent;
                 self.resp.nak_sent = false;
                 self.resp.sweep_next = None;
                 if self.resp.reack_left > 0 {
@@ -614,6 +633,9 @@ where
             }
             Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
+                if self.resp.place_ahead && self.place_ahead(env, pkt) == Ahead::Duplicate {
+                    self.stat(env, Stat::DuplicateRequests, 1);
+                }
                 if !self.resp.nak_sent {
                     let e = self.resp.epsn;
                     self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
@@ -674,6 +696,9 @@ where
                     self.fail_invalid(env, scratch, psn);
                 }
             }
+        }
+        if rc && !self.resp.ahead.is_empty() {
+            self.advance_ahead(env, scratch);
         }
     }
 
@@ -761,6 +786,7 @@ where
                 self.resp.wr_va = reth.va;
                 self.resp.wr_rkey = reth.rkey;
                 self.resp.wr_len = u64::from(reth.len);
+                self.resp.wr_first = psn;
             }
         }
         // Place the payload.

@@ -4,13 +4,19 @@
 //!
 //! Prints one `SCALE DEV METRIC VALUE UNIT` line per measurement:
 //! * `cq_cycle`, `qp_rc_cycle`, `mr_cycle`: create+destroy pairs per second (`cycles` pairs;
-//!   a CQ of 64 entries, an RC QP with 64-entry queues, a 4 KiB MR);
+//!   a CQ of 64 entries, an RC QP with 64-entry queues, a 4 KiB MR), and `*_create`,
+//!   `*_destroy`: the rate of each half of those pairs alone (per second of time spent in it);
 //! * `hold_create_qps`, `hold_create_mrs`: objects created per second by a child process that
 //!   then holds `qps` RC QPs and `mrs` 4 KiB MRs (capped by the device's limits, printed);
 //! * `kmem_per_qp`, `kmem_per_mr`: kernel memory (slab plus vmalloc, from /proc/meminfo) those
 //!   objects took, per object: the rings, the QP's engine state, the MR's page list;
-//! * `exit_with_objects`: seconds from SIGKILL of that child to its reaping, which includes the
-//!   kernel's teardown of everything it held (ib_uverbs cleans up in the exiting task);
+//! * `mem_per_qp`, `mem_per_mr`: all memory they took, per object: the fall of MemFree less
+//!   the child's own anonymous memory (its RssAnon: the MR buffers, its bookkeeping), so page
+//!   allocations outside slab and vmalloc (rings in contiguous pages, page tables) count too;
+//! * `exit_with_qps`, `exit_with_mrs`: seconds from SIGKILL of such a child to its reaping, which
+//!   includes the kernel's teardown of everything it held (ib_uverbs cleans up in the exiting
+//!   task): one child holds the QPs, another the MRs; `exit_qps_rate`, `exit_mrs_rate`: objects
+//!   torn down per second of it; `exit_with_objects`: the sum;
 //! * `big_mr_reg`, `big_mr_dereg`: seconds to register and deregister one `big-mib` MiB MR.
 //!
 //! A count of 0 skips that part. Every failed verb is an error line and exit status 1; the
@@ -81,13 +87,33 @@ fn e(what: &str, errno: i32) -> String {
     format!("{what}: {}", std::io::Error::from_raw_os_error(errno))
 }
 
-/// Create+destroy pairs per second of `f`, over `n` pairs.
-fn rate(n: u32, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+/// Runs `n` create+destroy pairs and prints `NAME_cycle` (pairs per second), `NAME_create` and
+/// `NAME_destroy` (each half per second of the time spent in it).
+fn rates<T>(
+    dev: &str,
+    name: &str,
+    n: u32,
+    mut create: impl FnMut() -> Result<T, String>,
+    mut destroy: impl FnMut(T) -> Result<(), String>,
+) -> Result<(), String> {
+    let (mut tc, mut td) = (0f64, 0f64);
     let t = Instant::now();
     for _ in 0..n {
-        f()?;
+        let t0 = Instant::now();
+        let o = create()?;
+        let t1 = Instant::now();
+        destroy(o)?;
+        tc += (t1 - t0).as_secs_f64();
+        td += t1.elapsed().as_secs_f64();
     }
-    Ok(f64::from(n) / t.elapsed().as_secs_f64().max(1e-9))
+    let per = |secs: f64| f64::from(n) / secs.max(1e-9);
+    println!(
+        "SCALE {dev} {name}_cycle {:.0} per_s",
+        per(t.elapsed().as_secs_f64())
+    );
+    println!("SCALE {dev} {name}_create {:.0} per_s", per(tc));
+    println!("SCALE {dev} {name}_destroy {:.0} per_s", per(td));
+    Ok(())
 }
 
 fn cycles(a: &Args, ctx: &Ctx, pd: &Pd) -> Result<(), String> {
@@ -96,27 +122,27 @@ fn cycles(a: &Args, ctx: &Ctx, pd: &Pd) -> Result<(), String> {
     }
     let dev = &a.dev;
     let cq = Cq::create(ctx, 64, 0).map_err(|x| e("ibv_create_cq", x))?;
-    let r = rate(a.cycles, || {
-        Cq::create(ctx, 64, 0)
-            .map_err(|x| e("ibv_create_cq", x))?
-            .destroy()
-            .map_err(|x| e("ibv_destroy_cq", x))
-    })?;
-    println!("SCALE {dev} cq_cycle {r:.0} per_s");
-    let r = rate(a.cycles, || {
-        Qp::create(pd, &cq, IBV_QPT_RC, cap(), false)
-            .map_err(|x| e("ibv_create_qp", x))?
-            .destroy()
-            .map_err(|x| e("ibv_destroy_qp", x))
-    })?;
-    println!("SCALE {dev} qp_rc_cycle {r:.0} per_s");
-    let r = rate(a.cycles, || {
-        Mr::reg(pd, 4096, ACCESS)
-            .map_err(|x| e("ibv_reg_mr", x))?
-            .destroy()
-            .map_err(|x| e("ibv_dereg_mr", x))
-    })?;
-    println!("SCALE {dev} mr_cycle {r:.0} per_s");
+    rates(
+        dev,
+        "cq",
+        a.cycles,
+        || Cq::create(ctx, 64, 0).map_err(|x| e("ibv_create_cq", x)),
+        |c| c.destroy().map_err(|x| e("ibv_destroy_cq", x)),
+    )?;
+    rates(
+        dev,
+        "qp_rc",
+        a.cycles,
+        || Qp::create(pd, &cq, IBV_QPT_RC, cap(), false).map_err(|x| e("ibv_create_qp", x)),
+        |q| q.destroy().map_err(|x| e("ibv_destroy_qp", x)),
+    )?;
+    rates(
+        dev,
+        "mr",
+        a.cycles,
+        || Mr::reg(pd, 4096, ACCESS).map_err(|x| e("ibv_reg_mr", x)),
+        |m| m.destroy().map_err(|x| e("ibv_dereg_mr", x)),
+    )?;
     Ok(())
 }
 
@@ -153,21 +179,45 @@ fn hold(a: &Args) -> Result<(), String> {
     }
 }
 
-/// Kernel memory in use, KiB: slab plus vmalloc (/proc/meminfo).
-fn kmem_kib() -> Result<u64, String> {
-    let m = std::fs::read_to_string("/proc/meminfo").map_err(|x| x.to_string())?;
-    let field = |k: &str| -> u64 {
-        m.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .and_then(|r| r.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok(field("Slab:") + field("VmallocUsed:"))
+/// The KiB value of field `k` ("Name:") of a /proc file's text.
+fn kib_field(text: &str, k: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(k))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
-fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
+/// Memory samples, KiB: kernel memory in slab plus vmalloc, memory in use system-wide
+/// (MemTotal - MemFree), and the child's anonymous memory.
+#[derive(Clone, Copy)]
+struct Mem {
+    kmem: u64,
+    used: u64,
+    anon: u64,
+}
+
+fn mem_sample(child: u32) -> Result<Mem, String> {
+    let m = std::fs::read_to_string("/proc/meminfo").map_err(|x| x.to_string())?;
+    let st = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap_or_default();
+    Ok(Mem {
+        kmem: kib_field(&m, "Slab:") + kib_field(&m, "VmallocUsed:"),
+        used: kib_field(&m, "MemTotal:").saturating_sub(kib_field(&m, "MemFree:")),
+        anon: kib_field(&st, "RssAnon:"),
+    })
+}
+
+/// Bytes per object between two samples: (kernel memory, all memory less the child's own).
+fn per_object(a: Mem, b: Mem, n: u32) -> (f64, f64) {
+    let k = b.kmem.saturating_sub(a.kmem) as f64 * 1024.0 / f64::from(n);
+    let all = (b.used.saturating_sub(a.used)).saturating_sub(b.anon.saturating_sub(a.anon));
+    (k, all as f64 * 1024.0 / f64::from(n))
+}
+
+/// One holding child with `qps` QPs and `mrs` MRs: prints its figures and returns the seconds
+/// its exit took (0 when it holds nothing).
+fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<f64, String> {
     if qps == 0 && mrs == 0 {
-        return Ok(());
+        return Ok(0.0);
     }
     let me = std::env::current_exe().map_err(|x| x.to_string())?;
     let mut child = Command::new(me)
@@ -177,17 +227,17 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|x| format!("spawn: {x}"))?;
-    let k0 = kmem_kib()?;
+    let k0 = mem_sample(child.id())?;
     let mut line = String::new();
     let mut out = BufReader::new(child.stdout.take().ok_or("no child stdout")?);
     out.read_line(&mut line).map_err(|x| x.to_string())?;
-    let k1 = kmem_kib()?;
+    let k1 = mem_sample(child.id())?;
     if let Some(mut i) = child.stdin.take() {
         i.write_all(b"g").map_err(|x| x.to_string())?;
     }
     line.clear();
     out.read_line(&mut line).map_err(|x| x.to_string())?;
-    let k2 = kmem_kib()?;
+    let k2 = mem_sample(child.id())?;
     let w: Vec<f64> = line
         .strip_prefix("READY ")
         .map(|r| {
@@ -217,21 +267,26 @@ fn exit_with_objects(a: &Args, qps: u32, mrs: u32) -> Result<(), String> {
     // The first sample comes before the child opened its context: its PD and CQ count too,
     // a rounding error over thousands of QPs.
     if qps > 0 {
-        let per = k1.saturating_sub(k0) as f64 * 1024.0 / f64::from(qps);
-        println!("SCALE {dev} kmem_per_qp {per:.0} bytes");
+        let (k, all) = per_object(k0, k1, qps);
+        println!("SCALE {dev} kmem_per_qp {k:.0} bytes");
+        println!("SCALE {dev} mem_per_qp {all:.0} bytes");
     }
     if mrs > 0 {
-        let per = k2.saturating_sub(k1) as f64 * 1024.0 / f64::from(mrs);
-        println!("SCALE {dev} kmem_per_mr {per:.0} bytes");
+        let (k, all) = per_object(k1, k2, mrs);
+        println!("SCALE {dev} kmem_per_mr {k:.0} bytes");
+        println!("SCALE {dev} mem_per_mr {all:.0} bytes");
     }
     let t = Instant::now();
     child.kill().map_err(|x| format!("kill: {x}"))?;
     child.wait().map_err(|x| format!("wait: {x}"))?;
+    let secs = t.elapsed().as_secs_f64();
+    let what = if mrs == 0 { "qps" } else { "mrs" };
+    println!("SCALE {dev} exit_with_{what} {secs:.3} s ({qps} RC QPs, {mrs} MRs)");
     println!(
-        "SCALE {dev} exit_with_objects {:.3} s ({qps} RC QPs, {mrs} MRs)",
-        t.elapsed().as_secs_f64()
+        "SCALE {dev} exit_{what}_rate {:.0} per_s",
+        f64::from(qps + mrs) / secs.max(1e-9)
     );
-    Ok(())
+    Ok(secs)
 }
 
 fn big_mr(a: &Args, pd: &Pd) -> Result<(), String> {
@@ -265,7 +320,17 @@ fn run(a: &Args) -> Result<(), String> {
     );
     let pd = Pd::alloc(&ctx).map_err(|x| e("ibv_alloc_pd", x))?;
     cycles(a, &ctx, &pd)?;
-    exit_with_objects(a, qps, mrs)?;
+    // Two children, one holding the QPs and one the MRs, killed one after the other: the exit
+    // time of each kind apart, and their sum as before (one child held both until 2026-11-29).
+    let tq = exit_with_objects(a, qps, 0)?;
+    let tm = exit_with_objects(a, 0, mrs)?;
+    if qps > 0 && mrs > 0 {
+        println!(
+            "SCALE {} exit_with_objects {:.3} s ({qps} RC QPs, {mrs} MRs)",
+            a.dev,
+            tq + tm
+        );
+    }
     big_mr(a, &pd)
 }
 
