@@ -197,7 +197,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             wr_len: 0,
             wr_first: Psn::ZERO,
             ahead: WriteAhead::default(),
-            place_ahead: true,
+            place_ahead: false,
             nak_answered: false,
             nak_sent: false,
             uc_drop: false,
