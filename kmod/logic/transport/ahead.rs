@@ -15,7 +15,7 @@
 /// Segments past the next expected one that can be remembered.
 pub(super) const AHEAD: u32 = 512;
 
-const WORDS: usize = (AHEAD / 64) as usize;
+pub(super) const WORDS: usize = (AHEAD / 64) as usize;
 
 /// The segments of one READ WR received ahead of its next expected segment.
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,24 +91,31 @@ impl ReadAhead {
 
     /// Drops the lowest `k` bits (the next expected segment moved `k` forward).
     fn shift(&mut self, k: u32) {
-        if k >= AHEAD {
-            self.bits = [0; WORDS];
-            return;
-        }
-        let (words, b) = ((k / 64) as usize, k % 64);
-        for i in 0..WORDS {
-            let lo = self.bits.get(i + words).copied().unwrap_or(0);
-            let hi = self.bits.get(i + words + 1).copied().unwrap_or(0);
-            self.bits[i] = if b == 0 {
-                lo
-            } else {
-                (lo >> b) | (hi << (64 - b))
-            };
-        }
+        shift_window(&mut self.bits, k);
     }
 
     /// Segments recorded (`rdma res`).
     pub(super) fn count(&self) -> u32 {
         self.bits.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+/// Drops the lowest `k` bits of a window of [`AHEAD`] PSNs kept as 64-bit words (lowest bit =
+/// the PSN after the expected one); shared by the READ responses and the WRITE packets placed
+/// ahead.
+pub(super) fn shift_window(bits: &mut [u64; WORDS], k: u32) {
+    if k >= AHEAD {
+        *bits = [0; WORDS];
+        return;
+    }
+    let (words, b) = ((k / 64) as usize, k % 64);
+    for i in 0..WORDS {
+        let lo = bits.get(i + words).copied().unwrap_or(0);
+        let hi = bits.get(i + words + 1).copied().unwrap_or(0);
+        bits[i] = if b == 0 {
+            lo
+        } else {
+            (lo >> b) | (hi << (64 - b))
+        };
     }
 }

@@ -26,12 +26,12 @@ use crate::logic::{
 };
 use core::ops::DerefMut;
 
-/// PSNs past the expected one that can be remembered.
-pub(super) const AHEAD: u32 = 512;
+/// PSNs past the expected one that can be remembered (the same window as READ responses').
+pub(super) const AHEAD: u32 = crate::logic::transport::ahead::AHEAD;
 /// WRITE messages ahead of (or around) the expected PSN that can be remembered.
 pub(super) const CTXS: usize = 8;
 
-const WORDS: usize = (AHEAD / 64) as usize;
+const WORDS: usize = crate::logic::transport::ahead::WORDS;
 
 /// A WRITE message whose first packet arrived (in order or ahead) and whose RETH was checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,23 +98,7 @@ impl WriteAhead {
     }
 
     fn shift(&mut self, k: u32) {
-        if k == 0 {
-            return;
-        }
-        if k >= AHEAD {
-            self.bits = [0; WORDS];
-            return;
-        }
-        let (words, b) = ((k / 64) as usize, k % 64);
-        for i in 0..WORDS {
-            let lo = self.bits.get(i + words).copied().unwrap_or(0);
-            let hi = self.bits.get(i + words + 1).copied().unwrap_or(0);
-            self.bits[i] = if b == 0 {
-                lo
-            } else {
-                (lo >> b) | (hi << (64 - b))
-            };
-        }
+        crate::logic::transport::ahead::shift_window(&mut self.bits, k);
     }
 
     /// The bit index of `psn` past `epsn`, if it can be recorded (`psn` after `epsn`, within
