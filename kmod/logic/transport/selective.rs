@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Selective resend (issue 28): a sequence NAK inside an RDMA WRITE sends again only what a
+//! peer that places packets past a gap cannot have placed, and the answers tell whether the
+//! peer places or goes back N (docs/reliability.md, "Selective resend, learnt").
+
+use super::{Engine, Resource, SqEntry, WrKind};
+use crate::logic::psn::Psn;
+use core::ops::DerefMut;
+
+/// What the requester knows of the peer's responder: whether it places RDMA WRITE packets
+/// that arrive past a gap (rrxe does, `responder/ahead.rs`), so that a sequence NAK asks for
+/// the one missing packet only, or drops them (go-back-N: rdma_rxe, and IBTA's minimum), so
+/// that the requester must go back N. Learnt from the answers, never from the wire format:
+/// after a packet sent again alone, an ACK or NAK past the packet after it proves a placing
+/// peer (its expected PSN jumped over what it had placed); a NAK for exactly the next packet
+/// is what a go-back-N peer answers (or a placing one that lost that packet too), and the
+/// episode goes back N; [`GBN_VOTES`] of those in a row, with no jump between, mark the peer
+/// go-back-N for the QP's life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerMode {
+    /// Not known yet: a sequence NAK in a WRITE is answered by one packet.
+    #[default]
+    Unknown,
+    /// It places WRITE packets ahead.
+    Places,
+    /// It drops what follows a gap: go back N.
+    GoBackN,
+}
+
+/// Answers in a row that a go-back-N peer would give before the peer is taken for one.
+pub(super) const GBN_VOTES: u8 = 2;
+/// The same, for a peer that seemed to place before (an answer that jumped may have come
+/// from a reordered packet of ours reaching a go-back-N peer late).
+pub(super) const PLACES_GBN_VOTES: u8 = 4;
+
+impl<B, M, R> Engine<B, M, R>
+where
+    B: DerefMut<Target = [u8]>,
+    M: DerefMut<Target = [SqEntry]>,
+    R: DerefMut<Target = [Resource]>,
+{
+    /// A sequence NAK for `psn` starts a recovery episode: what can be sent again alone, as
+    /// the PSN after it. The peer is not known to go back N, no timeout probe is under way,
+    /// and `psn` is a packet of an RDMA WRITE: a middle or last packet alone (the peer placed
+    /// the rest of the message it received), the first packet with its whole message (the
+    /// peer could place none of it without the RETH). Anything else goes back N.
+    pub(super) fn selective_end(&self, psn: Psn) -> Option<Psn> {
+        if self.req.peer == PeerMode::GoBackN
+            || self.req.probe.is_some()
+            || !psn.before(self.req.high)
+        {
+            return None;
+        }
+        let mut i = self.sq.done;
+        while i != self.sq.head {
+            let e = self.sq.entry(i);
+            if !e.started {
+                return None;
+            }
+            if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
+                if e.kind != WrKind::Write {
+                    return None;
+                }
+                let end = if psn == e.first_psn {
+                    // Not past what was sent.
+                    let end = e.first_psn.wrapping_add(e.npkts.max(1));
+                    if end.after(self.req.high) {
+                        self.req.high
+                    } else {
+                        end
+                    }
+                } else {
+                    psn.next()
+                };
+                return Some(end);
+            }
+            i = i.wrapping_add(1);
+        }
+        None
+    }
+
+    /// Sends the packets from `psn` to before `end` again, and then goes on from where the
+    /// requester stands (the window stays as it is).
+    pub(super) fn resend_range(&mut self, psn: Psn, end: Psn) -> bool {
+        let at = self.req.sel_resume.map_or(
+            (
+                self.sq.next,
+                self.req.cur_pkt,
+                self.req.psn,
+                self.req.rd_atomic,
+            ),
+            |(n, c, p, r, _)| (n, c, p, r),
+        );
+        self.rewind(psn);
+        if self.req.psn != psn {
+            return false;
+        }
+        if at.2.after(psn) {
+            self.req.sel_resume = Some((at.0, at.1, at.2, at.3, end));
+        }
+        self.req.sel_sent = Some((psn, end));
+        true
+    }
+
+    /// An ACK (`nak` false) or sequence NAK for `psn` arrived: what it says of the peer after
+    /// a selective resend. Returns true when this episode must go back N (the answer is one a
+    /// go-back-N peer gives).
+    pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) -> bool {
+        let Some((_, end)) = self.req.sel_sent else {
+            return false;
+        };
+        // An ACK names the last PSN received in order, a NAK the expected one.
+        let expected = if nak { psn } else { psn.next() };
+        if expected.after(end) {
+            // Its expected PSN jumped past what it was sent again: it had placed the rest.
+            self.req.peer = PeerMode::Places;
+            self.req.gbn_votes = 0;
+            self.req.sel_sent = None;
+            return false;
+        }
+        if !nak || expected != end {
+            // The packet itself acknowledged, or a NAK for it again: nothing learnt yet.
+            return false;
+        }
+        self.req.sel_sent = None;
+        self.req.gbn_votes = self.req.gbn_votes.saturating_add(1);
+        match self.req.peer {
+            // A peer that placed before lost the next packet too: that one alone again,
+            // unless it keeps answering like a go-back-N peer (its "jump" was a reordered
+            // packet of ours).
+            PeerMode::Places if self.req.gbn_votes < PLACES_GBN_VOTES => false,
+            PeerMode::Places | PeerMode::Unknown => {
+                let limit = if self.req.peer == PeerMode::Places {
+                    PLACES_GBN_VOTES
+                } else {
+                    GBN_VOTES
+                };
+                if self.req.gbn_votes >= limit {
+                    self.req.peer = PeerMode::GoBackN;
+                }
+                true
+            }
+            PeerMode::GoBackN => true,
+        }
+    }
+}
