@@ -20,9 +20,13 @@ check_fails() {
   elif echo "$out" | grep -qiE "$pat"; then pass "$n"
   else fail "$n" "failed without /$pat/: $out"; fi
 }
+# nap SECONDS: sleeps without starting a process (read times out on a pipe nobody writes to):
+# under TCG with KASAN a `date` or `sleep` costs about 0.3 s each, more than the nap itself.
+exec {NAP_FD}<> <(:)
+nap() { local _; read -rt "$1" -u "$NAP_FD" _; return 0; }
 # wait_for SECONDS CMD...: polls CMD every 0.2 s (hard timeout).
-wait_for() { local t=$1; shift; local end=$(( $(date +%s) + t )); until "$@" >/dev/null 2>&1; do
-  [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.2; done; }
+wait_for() { local t=$1; shift; local end=$(( EPOCHSECONDS + t )); until "$@" >/dev/null 2>&1; do
+  [ "$EPOCHSECONDS" -ge "$end" ] && return 1; nap 0.2; done; }
 summary() { echo "$PASSED passed, $FAILED failed"; exit "$FAILED"; }
 port_state() { ibv_devinfo -d "$1" 2>/dev/null | awk '/state:/ && !/phys/ {print $2; exit}'; }
 active_mtu() { ibv_devinfo -d "$1" 2>/dev/null | awk '/active_mtu:/ {print $2; exit}'; }
@@ -30,11 +34,13 @@ export -f port_state active_mtu
 # gid_index DEV: the index of DEV's RoCE v2 GID that carries an IPv4 address (port 1); fails
 # while there is none yet.
 gid_index() {
-  local dev=$1 t i g
+  local dev=$1 t i g ty
   for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do
     i=${t##*/}
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
-    g=$(cat "/sys/class/infiniband/$dev/ports/1/gids/$i" 2>/dev/null)
+    # (read, not $(cat): no process per entry)
+    ty=; read -r ty 2>/dev/null < "$t"
+    [ "$ty" = "RoCE v2" ] || continue
+    g=; read -r g 2>/dev/null < "/sys/class/infiniband/$dev/ports/1/gids/$i"
     case "$g" in 0000:0000:0000:0000:0000:ffff:*) echo "$i"; return 0 ;; esac
   done
   return 1
@@ -96,9 +102,15 @@ nvme_ctrl() { local c; for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn
 nvme_blk() { local c; c=$(nvme_ctrl "$1") || return 1; ls -d /sys/class/nvme/"$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename; }
 
 # rrxe hw counters (rdma statistic show link DEV/1): "name value" lines
+# (parsed by bash itself: the suites call it around every step, and a tr and an awk cost about
+# 0.3 s each under TCG with KASAN)
 counters() {  # counters DEV
-  rdma statistic show link "$1/1" 2>/dev/null | tr -s ' \n' '\n\n' |
-    awk -v d="$1/1" 'on && name == "" { name = $1; next }
-                     on { if ($1 ~ /^[0-9]+$/) print name, $1; name = ""; next }
-                     $1 == d { on = 1 }'
+  local out t on=0 name=
+  out=$(rdma statistic show link "$1/1" 2>/dev/null)
+  for t in ${out//$'\n'/ }; do
+    if [ $on = 0 ]; then [ "$t" = "$1/1" ] && on=1; continue; fi
+    if [ -z "$name" ]; then name=$t; continue; fi
+    [[ $t =~ ^[0-9]+$ ]] && echo "$name $t"
+    name=
+  done
 }
