@@ -106,7 +106,7 @@ echo "datapath: type $type ($mod), $dev0 GID[$g0] on veth0, $dev1 GID[$g1] on ve
 rdma link show
 [ -n "$g0" ] && [ -n "$g1" ] || summary
 
-listening() { ss -ltn | grep -q ":$1 "; }
+listening() { tcp_listening "$1"; }
 port=18600
 # pair NAME PATTERN SERVER... -- CLIENT...: server (init netns) in the background, the client
 # once it listens; both must exit 0 and the client's output (and the server's, for pingpong)
@@ -131,10 +131,10 @@ pair() {
   local why=""
   [ $crc = 0 ] || why="client exit $crc"
   [ $src = 0 ] || why="$why server exit $src"
-  grep -qE "$pat" "/tmp/$n.client" || why="$why client output without /$pat/"
-  [ $both = 1 ] && ! grep -qE "$pat" "/tmp/$n.server" && why="$why server output without /$pat/"
+  match_lines "$pat" "/tmp/$n.client" 1 > /dev/null || why="$why client output without /$pat/"
+  [ $both = 1 ] && ! match_lines "$pat" "/tmp/$n.server" 1 > /dev/null && why="$why server output without /$pat/"
   if [ -z "$why" ]; then
-    pass "$n"; grep -E "$pat" "/tmp/$n.client" | head -2 | sed 's/^/    /'
+    pass "$n"; match_lines "$pat" "/tmp/$n.client" 2 '    '
   else
     fail "$n" "$why"
     { echo "--- server"; tail -8 "/tmp/$n.server"; echo "--- client"; tail -8 "/tmp/$n.client"; } | sed 's/^/    /'

@@ -27,6 +27,33 @@ nap() { local _; read -rt "$1" -u "$NAP_FD" _; return 0; }
 # wait_for SECONDS CMD...: polls CMD every 0.2 s (hard timeout).
 wait_for() { local t=$1; shift; local end=$(( EPOCHSECONDS + t )); until "$@" >/dev/null 2>&1; do
   [ "$EPOCHSECONDS" -ge "$end" ] && return 1; nap 0.2; done; }
+# tcp_listening PORT [PID]: whether a TCP socket listens on PORT in the network namespace of
+# process PID (default: this shell's), read from /proc/PID/net/tcp and tcp6 by bash itself (an
+# `ss | grep` per poll costs about 1 s under TCG with KASAN).
+tcp_listening() {
+  local hex f sl loc rem st rest
+  printf -v hex ':%04X' "$1"
+  for f in /proc/"${2:-self}"/net/tcp /proc/"${2:-self}"/net/tcp6; do
+    [ -r "$f" ] || continue
+    while read -r sl loc rem st rest; do
+      [[ $loc == *"$hex" && $st == 0A ]] && return 0
+    done < "$f"
+  done
+  return 1
+}
+# match_lines PATTERN FILE [MAX [PREFIX]]: prints up to MAX (default: all) lines of FILE that
+# match the extended regex PATTERN, each after PREFIX; fails when none does (grep -E's answer,
+# from bash's own match: no process).
+match_lines() {
+  local pat=$1 f=$2 max=${3:-0} pre=${4:-} l k=0
+  [ -r "$f" ] || return 1
+  while IFS= read -r l || [ -n "$l" ]; do
+    [[ $l =~ $pat ]] || continue
+    printf '%s%s\n' "$pre" "$l"; k=$((k + 1))
+    [ "$max" -gt 0 ] && [ "$k" -ge "$max" ] && break
+  done < "$f"
+  [ "$k" -gt 0 ]
+}
 summary() { echo "$PASSED passed, $FAILED failed"; exit "$FAILED"; }
 port_state() { ibv_devinfo -d "$1" 2>/dev/null | awk '/state:/ && !/phys/ {print $2; exit}'; }
 active_mtu() { ibv_devinfo -d "$1" 2>/dev/null | awk '/active_mtu:/ {print $2; exit}'; }

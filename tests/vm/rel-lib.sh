@@ -51,6 +51,22 @@ veth1_to_init() {
   ip link set veth0 up
 }
 
+# peer_sleeper: makes PEER_SLEEPER the pid of a process that lives in netns "peer" (a `sleep`
+# started there once, killed when the script exits), so that /proc/PEER_SLEEPER/net shows the
+# namespace's sockets without a process per look (tcp_listening in tests/vm/lib.sh).
+PEER_SLEEPER=
+peer_sleeper() {
+  [ -e /var/run/netns/peer ] || return 1
+  [ -n "$PEER_SLEEPER" ] && [ /proc/$PEER_SLEEPER/ns/net -ef /var/run/netns/peer ] && return 0
+  [ -n "$PEER_SLEEPER" ] && kill "$PEER_SLEEPER" 2>/dev/null
+  ip netns exec peer sleep 1000000 < /dev/null > /dev/null 2>&1 &
+  PEER_SLEEPER=$!
+  trap '[ -n "$PEER_SLEEPER" ] && kill "$PEER_SLEEPER" 2>/dev/null' EXIT
+  local i
+  for i in {1..100}; do [ /proc/$PEER_SLEEPER/ns/net -ef /var/run/netns/peer ] && return 0; nap 0.1; done
+  return 1
+}
+
 topo_wait() {
   if ! wait_for 30 both_active "$DEV0" "$DEV1"; then
     fail "setup.$TOPO.ports_active" "$DEV0 $(port_state "$DEV0") / $DEV1 $(port_state "$DEV1"); $(rdma link show 2>&1 | tr '\n' ' ')"

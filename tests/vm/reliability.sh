@@ -153,7 +153,13 @@ sub() {
   elif [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$pre" "no check ran"; fi
 }
 
-listening() { "$@" ss -ltn | grep -q ":$PORT "; }
+# listening PREFIX...: whether something listens on $PORT in the namespace PREFIX runs in (init_net
+# and "peer" read by bash from /proc: no process per poll)
+listening() {
+  if [ $# = 0 ]; then tcp_listening "$PORT"
+  elif [ "$*" = "ip netns exec peer" ] && peer_sleeper; then tcp_listening "$PORT" "$PEER_SLEEPER"
+  else "$@" ss -ltn | grep -q ":$PORT "; fi
+}
 PORT=18700
 # xpair NAME PATTERN SRV GFLAG TOOL ARGS...: TOOL ARGS -d DEV -GFLAG GID -p PORT on device SRV
 # (0 or 1) as the server and on the other device as the client (connecting to SRV's address);
@@ -178,10 +184,10 @@ xpair() {
   local why=""
   [ $crc = 0 ] || why="client exit $crc"
   [ $src = 0 ] || why="$why server exit $src"
-  grep -qE "$pat" "/tmp/$n.client" || why="$why client output without /$pat/"
-  [ "$gf" = -g ] && ! grep -qE "$pat" "/tmp/$n.server" && why="$why server output without /$pat/"
+  match_lines "$pat" "/tmp/$n.client" 1 > /dev/null || why="$why client output without /$pat/"
+  [ "$gf" = -g ] && ! match_lines "$pat" "/tmp/$n.server" 1 > /dev/null && why="$why server output without /$pat/"
   if [ -z "$why" ]; then
-    pass "$n"; grep -E "$pat" "/tmp/$n.client" | head -1 | sed 's/^/    /'
+    pass "$n"; match_lines "$pat" "/tmp/$n.client" 1 '    '
   elif [[ " $interop_known " == *" $n "* ]]; then
     echo "XFAIL $n (known, see the header: rrxe requester vs rdma_rxe responder at perftest's fixed timeout 14): $why"
   else
