@@ -228,18 +228,25 @@ fi
 # sub NAME SUFFIX CMD...: a program printing PASS/FAIL lines itself; its lines are shown with
 # ".SUFFIX" added to each check name and counted here.
 sub() {
-  local n=$1 sfx=$2; shift 2; local out rc p f
+  # (lines rewritten and counted by bash itself: no grep/sed processes, about 0.3 s each under TCG)
+  local n=$1 sfx=$2; shift 2; local out rc p=0 f=0 xf=0 l x lines=()
   out=$(timeout -k 5 "${ST:-$T}" "$@" 2>&1); rc=$?
-  out=$(echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed$' \
-        | sed -E "s/^(PASS|FAIL|INFO|SKIP) ([^: ]+)/\1 \2${sfx:+.$sfx}/")
-  local x
-  for x in $xfail; do out=$(echo "$out" | sed "s/^FAIL $x:/XFAIL $x (known bug of $type):/"); done
-  echo "$out"
+  while IFS= read -r l; do
+    [[ $l =~ ^[0-9]+\ passed,\ [0-9]+\ failed$ ]] && continue
+    [[ $l =~ ^(PASS|FAIL|INFO|SKIP)\ ([^:\ ]+)(.*)$ ]] &&
+      l="${BASH_REMATCH[1]} ${BASH_REMATCH[2]}${sfx:+.$sfx}${BASH_REMATCH[3]}"
+    if [[ $l == "FAIL "* ]]; then
+      for x in $xfail; do
+        [[ $l == "FAIL $x:"* ]] && { l="XFAIL $x (known bug of $type):${l#"FAIL $x:"}"; break; }
+      done
+    fi
+    case $l in "PASS "*) p=$((p + 1)) ;; "FAIL "*) f=$((f + 1)) ;; "XFAIL "*) xf=$((xf + 1)) ;; esac
+    lines+=("$l")
+  done <<< "$out"
+  printf '%s\n' "${lines[@]}"
   program_took "$n${sfx:+.$sfx}"
-  local xf
-  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); xf=$(grep -c '^XFAIL ' <<<"$out")
   PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-  if [ $rc != 0 ] && [ "$f" = 0 ] && [ "$xf" = 0 ]; then fail "$n" "exit $rc: $(echo "$out" | tail -3)"; fi
+  if [ $rc != 0 ] && [ "$f" = 0 ] && [ "$xf" = 0 ]; then fail "$n" "exit $rc: $(printf '%s\n' "${lines[@]}" | tail -3)"; fi
   if [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$n" "no check ran"; fi
 }
 seed=(); [ -n "${RRXE_DP_SEED:-}" ] && seed=(--seed "$RRXE_DP_SEED")
