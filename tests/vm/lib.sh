@@ -20,10 +20,14 @@ check_fails() {
   elif echo "$out" | grep -qiE "$pat"; then pass "$n"
   else fail "$n" "failed without /$pat/: $out"; fi
 }
-# nap SECONDS: sleeps without starting a process (read times out on a pipe nobody writes to):
-# under TCG with KASAN a `date` or `sleep` costs about 0.3 s each, more than the nap itself.
-exec {NAP_FD}<> <(:)
-nap() { local _; read -rt "$1" -u "$NAP_FD" _; return 0; }
+# nap SECONDS: sleeps without starting a process: read times out on a FIFO this shell holds open
+# at both ends (under TCG with KASAN a `date` or `sleep` costs about 0.3 s each, more than the
+# nap itself). The guest's /dev has no /dev/fd, so no process substitution; `sleep` if the FIFO
+# could not be made.
+NAP_FD=
+nap_fifo=/tmp/.nap.$$.$RANDOM
+mkfifo "$nap_fifo" 2>/dev/null && exec {NAP_FD}<>"$nap_fifo"; rm -f "$nap_fifo"; unset nap_fifo
+nap() { if [ -n "$NAP_FD" ]; then local _; read -rt "$1" -u "$NAP_FD" _; else sleep "$1"; fi; return 0; }
 # wait_for SECONDS CMD...: polls CMD every 0.2 s (hard timeout).
 wait_for() { local t=$1; shift; local end=$(( EPOCHSECONDS + t )); until "$@" >/dev/null 2>&1; do
   [ "$EPOCHSECONDS" -ge "$end" ] && return 1; nap 0.2; done; }
