@@ -120,7 +120,8 @@ macro_rules! slice_codec {
 ///
 /// Byte 1 holds SE, M, PadCnt (2 bits) and TVer (4 bits); byte 4 (`resv8a` in IBTA, where
 /// RoCEv2 puts FECN and BECN) precedes the 24-bit DestQP; byte 8 holds AckReq and 7 reserved
-/// bits before the 24-bit PSN. Reserved bits decode as ignored and encode as 0.
+/// bits before the 24-bit PSN. Reserved bits decode as ignored and encode as 0, except the
+/// first of byte 8's ([`Bth::sel`], rrxe's announcement of selective recovery).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bth {
     /// OpCode.
@@ -143,6 +144,14 @@ pub struct Bth {
     pub dest_qp: u32,
     /// Acknowledge request.
     pub ack_req: bool,
+    /// rrxe's announcement of selective recovery, in the first reserved bit after AckReq
+    /// (byte 8, bit 6; docs/reliability.md, "Placement, announced"). On an RC request: this
+    /// requester takes an acknowledgement that jumps past what it sent again. On an RC
+    /// acknowledgement: this responder places RDMA WRITE packets that arrive past a gap from
+    /// a requester that announces. IBTA reserves the bit (sent as 0, not checked by a
+    /// receiver; rdma_rxe 6.12 never reads it), so a peer that does not know it ignores it
+    /// and never sets it.
+    pub sel: bool,
     /// Packet sequence number.
     pub psn: Psn,
 }
@@ -161,11 +170,12 @@ impl Bth {
             becn: b[4] & 0x40 != 0,
             dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
             ack_req: b[8] & 0x80 != 0,
+            sel: b[8] & 0x40 != 0,
             psn: Psn::from_masked(u32::from_be_bytes([0, b[9], b[10], b[11]])),
         }
     }
 
-    /// Encodes the BTH (reserved bits 0, over-wide fields truncated).
+    /// Encodes the BTH (reserved bits 0 but [`Bth::sel`], over-wide fields truncated).
     pub fn to_bytes(self) -> [u8; BTH_LEN] {
         let flags = (self.se as u8) << 7
             | (self.mig as u8) << 6
@@ -183,7 +193,7 @@ impl Bth {
             qp[1],
             qp[2],
             qp[3],
-            (self.ack_req as u8) << 7,
+            (self.ack_req as u8) << 7 | (self.sel as u8) << 6,
             psn[1],
             psn[2],
             psn[3],

@@ -287,6 +287,7 @@ where
             self.stat(env, Stat::RxBadHeaders, 1);
             return;
         };
+        self.hear_peer(pkt.bth().sel);
         match aeth.syndrome() {
             Syndrome::Ack { .. } => {
                 self.learn_peer(psn, false);

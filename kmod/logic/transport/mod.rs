@@ -490,19 +490,18 @@ where
         self.sq_draining && !self.sq_idle()
     }
 
-    /// Whether the responder places RDMA WRITE packets that arrive past a gap; off (the
-    /// default, and always in the module for now), it drops them as a go-back-N responder
-    /// does. Off by default since a clean-clone run of 2026-11-29 saw rdma_rxe's requester
-    /// (B.loss10, 10% loss) leave a WRITE_WITH_IMM uncompleted for 30 s against a placing
-    /// rrxe responder; until that is understood the module does not place (docs/reliability.md).
+    /// Whether the responder places RDMA WRITE packets that arrive past a gap from a
+    /// requester that announces it takes the jumping ACK ([`crate::logic::wire::Bth::sel`]),
+    /// and announces so on its acknowledgements; on by default. Off, it drops them as a
+    /// go-back-N responder does (tests model rdma_rxe's responder with it).
     #[cfg_attr(MODULE, expect(dead_code))]
     pub fn set_place_ahead(&mut self, on: bool) {
         self.resp.place_ahead = on;
         self.resp.ahead.clear();
     }
 
-    /// Sets what the requester takes the peer's responder for ([`PeerMode`]; learnt from the
-    /// answers otherwise).
+    /// Sets what the requester takes the peer's responder for ([`PeerMode`]; announced by the
+    /// peer's acknowledgements otherwise).
     #[cfg_attr(MODULE, expect(dead_code))]
     pub fn set_peer_mode(&mut self, m: PeerMode) {
         self.req.peer = m;

@@ -107,7 +107,7 @@ pub(super) struct Requester {
     /// The packets last sent again alone (first PSN, PSN after the last), until the answer
     /// that tells what the peer did with them.
     pub(super) sel_sent: Option<(Psn, Psn)>,
-    /// Answers in a row that could come from a go-back-N peer ([`super::selective::GBN_VOTES`]).
+    /// Answers in a row that only a go-back-N peer would give ([`super::selective::PLACES_GBN_VOTES`]).
     pub(super) gbn_votes: u8,
 }
 
@@ -645,6 +645,8 @@ where
             pkey: BTH_DEF_PKEY,
             dest_qp,
             ack_req,
+            // An RC requester announces that it takes an ACK jumping past what it resent.
+            sel: cfg.qp_type == QpType::Rc,
             psn,
             ..Bth::default()
         });

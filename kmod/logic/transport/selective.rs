@@ -10,27 +10,25 @@ use core::ops::DerefMut;
 /// What the requester knows of the peer's responder: whether it places RDMA WRITE packets
 /// that arrive past a gap (rrxe does, `responder/ahead.rs`), so that a sequence NAK asks for
 /// the one missing packet only, or drops them (go-back-N: rdma_rxe, and IBTA's minimum), so
-/// that the requester must go back N. Learnt from the answers, never from the wire format:
-/// after a packet sent again alone, an ACK or NAK past the packet after it proves a placing
-/// peer (its expected PSN jumped over what it had placed); a NAK for exactly the next packet
-/// is what a go-back-N peer answers (or a placing one that lost that packet too), and the
-/// episode goes back N; [`GBN_VOTES`] of those in a row, with no jump between, mark the peer
-/// go-back-N for the QP's life.
+/// that the requester must go back N. Announced, never guessed: every acknowledgement of an
+/// rrxe responder that places carries [`Bth::sel`](crate::logic::wire::Bth::sel), and one
+/// without it makes the peer go-back-N for the QP's life. A placing peer that keeps answering
+/// as a go-back-N one would ([`PLACES_GBN_VOTES`] sequence NAKs in a row for exactly the packet
+/// after one sent again alone: its placement records were full, or the bit was set by
+/// something else) is taken for go-back-N too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PeerMode {
-    /// Not known yet: a sequence NAK in a WRITE is answered by one packet.
+    /// No acknowledgement heard yet: a sequence NAK goes back N.
     #[default]
     Unknown,
-    /// It places WRITE packets ahead.
+    /// It announced that it places WRITE packets ahead.
     Places,
-    /// It drops what follows a gap: go back N.
+    /// It did not announce it (or answered as if it drops what follows a gap): go back N.
     GoBackN,
 }
 
-/// Answers in a row that a go-back-N peer would give before the peer is taken for one.
-pub(super) const GBN_VOTES: u8 = 2;
-/// The same, for a peer that seemed to place before (an answer that jumped may have come
-/// from a reordered packet of ours reaching a go-back-N peer late).
+/// Sequence NAKs in a row, each for exactly the packet after one sent again alone, after
+/// which a peer that announced placement is served by go-back-N.
 pub(super) const PLACES_GBN_VOTES: u8 = 4;
 
 impl<B, M, R> Engine<B, M, R>
@@ -40,12 +38,12 @@ where
     R: DerefMut<Target = [Resource]>,
 {
     /// A sequence NAK for `psn` starts a recovery episode: what can be sent again alone, as
-    /// the PSN after it. The peer is not known to go back N, no timeout probe is under way,
+    /// the PSN after it. The peer announced placement, no timeout probe is under way,
     /// and `psn` is a packet of an RDMA WRITE: a middle or last packet alone (the peer placed
     /// the rest of the message it received), the first packet with its whole message (the
     /// peer could place none of it without the RETH). Anything else goes back N.
     pub(super) fn selective_end(&self, psn: Psn) -> Option<Psn> {
-        if self.req.peer == PeerMode::GoBackN
+        if self.req.peer != PeerMode::Places
             || self.req.probe.is_some()
             || !psn.before(self.req.high)
         {
@@ -102,9 +100,20 @@ where
         true
     }
 
-    /// An ACK (`nak` false) or sequence NAK for `psn` arrived: what it says of the peer after
-    /// a selective resend. Returns true when this episode must go back N (the answer is one a
-    /// go-back-N peer gives).
+    /// An acknowledgement arrived with (`sel`) or without the peer's announcement of
+    /// placement: without it, the peer goes back N from now on; with it, a peer not known
+    /// yet places.
+    pub(super) fn hear_peer(&mut self, sel: bool) {
+        self.req.peer = match (sel, self.req.peer) {
+            (false, _) => PeerMode::GoBackN,
+            (true, PeerMode::Unknown) => PeerMode::Places,
+            (true, m) => m,
+        };
+    }
+
+    /// An ACK (`nak` false) or sequence NAK for `psn` arrived: what it says of a placing peer
+    /// after a selective resend. Returns true when this episode must go back N (the peer
+    /// answered [`PLACES_GBN_VOTES`] times in a row as a go-back-N peer would).
     pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) -> bool {
         let Some((_, end)) = self.req.sel_sent else {
             return false;
@@ -113,7 +122,6 @@ where
         let expected = if nak { psn } else { psn.next() };
         if expected.after(end) {
             // Its expected PSN jumped past what it was sent again: it had placed the rest.
-            self.req.peer = PeerMode::Places;
             self.req.gbn_votes = 0;
             self.req.sel_sent = None;
             return false;
@@ -122,25 +130,14 @@ where
             // The packet itself acknowledged, or a NAK for it again: nothing learnt yet.
             return false;
         }
+        // It lost the next packet too: a run of losses, which this episode recovers by going
+        // back N (one packet per round trip would be slower); a peer that keeps answering
+        // like this is served by go-back-N for good.
         self.req.sel_sent = None;
         self.req.gbn_votes = self.req.gbn_votes.saturating_add(1);
-        match self.req.peer {
-            // A peer that placed before lost the next packet too: that one alone again,
-            // unless it keeps answering like a go-back-N peer (its "jump" was a reordered
-            // packet of ours).
-            PeerMode::Places if self.req.gbn_votes < PLACES_GBN_VOTES => false,
-            PeerMode::Places | PeerMode::Unknown => {
-                let limit = if self.req.peer == PeerMode::Places {
-                    PLACES_GBN_VOTES
-                } else {
-                    GBN_VOTES
-                };
-                if self.req.gbn_votes >= limit {
-                    self.req.peer = PeerMode::GoBackN;
-                }
-                true
-            }
-            PeerMode::GoBackN => true,
+        if self.req.gbn_votes >= PLACES_GBN_VOTES {
+            self.req.peer = PeerMode::GoBackN;
         }
+        true
     }
 }

@@ -31,6 +31,7 @@ fn bth_layout() {
         becn: false,
         dest_qp: 0x00ab_cdef,
         ack_req: true,
+        sel: false,
         psn: Psn::new(0x00fe_dcba).unwrap(),
     };
     assert_eq!(
@@ -38,12 +39,18 @@ fn bth_layout() {
         [0x0a, 0xf0, 0xff, 0xff, 0x80, 0xab, 0xcd, 0xef, 0x80, 0xfe, 0xdc, 0xba]
     );
     assert_eq!(Bth::from_bytes(&b.to_bytes()), b);
-    // Reserved bits (resv6a, resv7) are ignored on decode; over-wide fields are truncated.
-    let d = Bth::from_bytes(&[0x04, 0x0f, 0, 1, 0x3f, 0, 0, 2, 0x7f, 0, 0, 3]);
+    // rrxe's announcement is the first bit after AckReq (0x40), alone of the seven.
+    let s = Bth { sel: true, ..b };
+    assert_eq!(s.to_bytes()[8], 0xc0);
+    assert_eq!(Bth::from_bytes(&s.to_bytes()), s);
+    // The other reserved bits (resv6a, resv7's last six) are ignored on decode; over-wide
+    // fields are truncated.
+    let d = Bth::from_bytes(&[0x04, 0x0f, 0, 1, 0x3f, 0, 0, 2, 0x3f, 0, 0, 3]);
     assert_eq!(
-        (d.tver, d.fecn, d.becn, d.dest_qp, d.ack_req),
-        (15, false, false, 2, false)
+        (d.tver, d.fecn, d.becn, d.dest_qp, d.ack_req, d.sel),
+        (15, false, false, 2, false, false)
     );
+    assert!(Bth::from_bytes(&[0x04, 0, 0, 1, 0, 0, 0, 2, 0x40, 0, 0, 3]).sel);
     let wide = Bth {
         pad: 7,
         tver: 0x1f,
@@ -342,9 +349,10 @@ prop_compose! {
     fn any_bth()(opcode in any::<u8>(), se in any::<bool>(), mig in any::<bool>(), pad in 0u8..4,
                  tver in 0u8..16, pkey in any::<u16>(), fecn in any::<bool>(),
                  becn in any::<bool>(),
-                 dest_qp in 0u32..=MASK24, ack_req in any::<bool>(), psn in 0u32..=MASK24) -> Bth {
+                 dest_qp in 0u32..=MASK24, ack_req in any::<bool>(), sel in any::<bool>(),
+                 psn in 0u32..=MASK24) -> Bth {
         let psn = Psn::from_masked(psn);
-        Bth { opcode, se, mig, pad, tver, pkey, fecn, becn, dest_qp, ack_req, psn }
+        Bth { opcode, se, mig, pad, tver, pkey, fecn, becn, dest_qp, ack_req, sel, psn }
     }
 }
 
@@ -359,12 +367,13 @@ proptest! {
         prop_assert_eq!(Bth::decode(&buf), Some(b));
     }
 
-    /// Decoding then encoding reproduces the bytes, except the reserved bits, which become 0.
+    /// Decoding then encoding reproduces the bytes, except the reserved bits (but `sel`), which
+    /// become 0.
     #[test]
     fn bth_bytes_round_trip(b in any::<[u8; 12]>()) {
         let mut want = b;
         want[4] &= 0xc0;
-        want[8] &= 0x80;
+        want[8] &= 0xc0;
         prop_assert_eq!(Bth::from_bytes(&b).to_bytes(), want);
     }
 

@@ -197,7 +197,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             wr_len: 0,
             wr_first: Psn::ZERO,
             ahead: WriteAhead::default(),
-            place_ahead: false,
+            place_ahead: true,
             nak_answered: false,
             nak_sent: false,
             uc_drop: false,
@@ -399,6 +399,8 @@ where
             opcode: opcode::RC_ACKNOWLEDGE,
             pkey: BTH_DEF_PKEY,
             dest_qp: self.cfg.dest_qpn,
+            // Announces placement (to a requester that announced; others ignore the bit).
+            sel: self.resp.place_ahead,
             psn,
             ..Bth::default()
         });
@@ -633,7 +635,12 @@ where
             }
             Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
-                if self.resp.place_ahead && self.place_ahead(env, pkt) == Ahead::Duplicate {
+                // Only for a requester that announced it takes the ACK that then jumps (an
+                // IBTA requester, rdma_rxe's, may not: it gets go-back-N).
+                if self.resp.place_ahead
+                    && pkt.bth().sel
+                    && self.place_ahead(env, pkt) == Ahead::Duplicate
+                {
                     self.stat(env, Stat::DuplicateRequests, 1);
                 }
                 if !self.resp.nak_sent {

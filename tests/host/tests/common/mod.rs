@@ -485,9 +485,8 @@ impl Pair {
             resp_burst: RESP_BURST,
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
-            // Two rrxe ends with WRITE placement past a gap enabled (the module keeps it off
-            // for now: `Engine::set_place_ahead`); tests of a go-back-N peer turn it off.
-            e.set_place_ahead(true);
+            // Two rrxe ends place WRITE packets past a gap for each other (the default);
+            // tests of a go-back-N peer turn it off (`Engine::set_place_ahead`).
             e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
             for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
                 e.set_state(s, st, false);

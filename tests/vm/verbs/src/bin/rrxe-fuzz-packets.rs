@@ -382,6 +382,7 @@ impl Gen<'_> {
             becn: false,
             dest_qp: qpn,
             ack_req: r.coin(),
+            sel: r.coin(),
             psn: Psn::from_masked(psn),
         };
         let mut roce = Vec::with_capacity(hdr_len + paylen + 4);
