@@ -107,6 +107,9 @@ pub enum Stat {
     /// Requester: single packets sent again on a sequence NAK to a peer that places
     /// out-of-order WRITE packets, instead of going back N.
     SelectiveResends,
+    /// Requester: retransmission timeouts that proved spurious (an acknowledgement came for a
+    /// packet the timeout's probe had not sent again); the window they closed was given back.
+    SpuriousTimeouts,
     /// Accesses that met a page of an on-demand-paging MR that was not present (the fault is
     /// taken in process context; RC requests are answered with an RNR NAK, the requester's
     /// own gather waits, a response is dropped and asked for again, UD drops).
@@ -169,6 +172,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::ReadResponsesAhead,
     Stat::WritePacketsAhead,
     Stat::SelectiveResends,
+    Stat::SpuriousTimeouts,
     Stat::OdpMisses,
     Stat::RateLimitedQps,
     Stat::TeardownGracePeriods,
@@ -220,6 +224,7 @@ pub const NAMES: [&str; COUNT] = [
     "read_responses_ahead\0",
     "write_packets_ahead\0",
     "selective_resends\0",
+    "spurious_timeouts\0",
     "odp_misses\0",
     "rate_limited_qps\0",
     "teardown_grace_periods\0",

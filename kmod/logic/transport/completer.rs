@@ -100,6 +100,9 @@ where
                 }
             }
         }
+        if self.undo_spurious_timeout() {
+            self.stat(env, Stat::SpuriousTimeouts, 1);
+        }
         self.end_probe();
         self.update_timer(env, true);
     }

@@ -63,6 +63,9 @@ pub(super) struct Requester {
     /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
     /// in full.
     pub(super) guess: Option<Psn>,
+    /// The window before the first timeout of an episode, kept until an answer shows whether
+    /// the timeout was spurious ([`Undo`]).
+    pub(super) undo: Option<Undo>,
     /// Answers came since the last expiry, none of them progress (duplicate ACKs, READ
     /// responses we already have or that lie past a gap): the peer is busy with older
     /// requests of ours, not deaf. See [`Engine::retry_timer_expired`].
@@ -154,6 +157,20 @@ pub(super) struct Probe {
     pub(super) psn: Psn,
 }
 
+/// What a timeout took from the window, to give back if it proves spurious (RFC 5682's F-RTO
+/// detection with RFC 4015's response). A timeout closes the window to one packet and probes
+/// with the oldest WR; a requester paced by DCQCN behind a queue that grew faster than the
+/// round-trip estimate sees such timeouts while nothing was lost. An acknowledgement of
+/// `proof` or later (a PSN the probe did not send again) shows that the original packets
+/// arrived: the window and threshold return to what they were.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Undo {
+    pub(super) cwnd: u32,
+    pub(super) ssthresh: u32,
+    /// The first PSN the probe cannot have had acknowledged.
+    pub(super) proof: Psn,
+}
+
 impl Requester {
     pub(super) fn new(cfg: &Config) -> Self {
         Requester {
@@ -173,6 +190,7 @@ impl Requester {
             backoff: 0,
             probe: None,
             guess: None,
+            undo: None,
             cwnd: RC_WINDOW,
             heard: false,
             busy_waits: 0,
@@ -204,6 +222,7 @@ impl Requester {
         self.poll = false;
         self.probe = None;
         self.guess = None;
+        self.undo = None;
         self.cwnd = RC_WINDOW;
         self.heard = false;
         self.replay_heard = false;
@@ -904,6 +923,10 @@ where
             cur_pkt: self.req.cur_pkt,
             psn: self.req.psn,
         });
+        // Only the first timeout of an episode can be undone (a later one follows a probe that
+        // went unanswered, or a guess that was wrong).
+        let first = self.req.probe.is_none() && self.req.guess.is_none();
+        let before = (self.req.cwnd, self.req.ssthresh);
         self.req.shrink_window(true);
         let p = self.req.acked;
         self.rewind(p);
@@ -915,6 +938,39 @@ where
                 ..was
             });
         }
+        self.req.undo = None;
+        if first && self.sq.next != self.sq.head {
+            // The probe sends one packet again, or a READ's request whose responses
+            // acknowledge the whole READ.
+            let e = self.sq.entry(self.sq.next);
+            let proof = if e.kind == WrKind::Read {
+                e.first_psn.wrapping_add(e.npkts.max(1))
+            } else {
+                p.next()
+            };
+            if proof.before(self.req.high) {
+                self.req.undo = Some(Undo {
+                    cwnd: before.0,
+                    ssthresh: before.1,
+                    proof,
+                });
+            }
+        }
+    }
+
+    /// An acknowledgement moved `acked`: a timeout whose probe did not send `proof` again,
+    /// now acknowledged, was spurious; the window is given back. Returns whether it was.
+    pub(super) fn undo_spurious_timeout(&mut self) -> bool {
+        let Some(u) = self.req.undo else {
+            return false;
+        };
+        if !self.req.acked.after(u.proof) {
+            return false;
+        }
+        self.req.undo = None;
+        self.req.cwnd = self.req.cwnd.max(u.cwnd);
+        self.req.ssthresh = self.req.ssthresh.max(u.ssthresh);
+        true
     }
 
     /// Spends one retry; when none is left, completes the oldest WR with RETRY_EXC_ERR and
@@ -965,6 +1021,8 @@ where
     /// started WR changes nothing.
     pub(super) fn rewind(&mut self, psn: Psn) {
         self.req.probe = None;
+        // What is sent again from here may be what acknowledges a timeout's `proof`.
+        self.req.undo = None;
         self.req.sel_resume = None;
         // Karn: what is sent again cannot be timed, nor can what it acknowledges.
         self.req.timing = None;

@@ -995,6 +995,8 @@ fn timeout_on_a_slow_peer_probes_with_one_wr() {
     assert_eq!(reads.get(), 1, "the probe only, no other READ sent again");
     assert_eq!(p.sb.stat(Stat::DuplicateRequests), 1);
     assert_eq!(p.timeouts, 0);
+    // The responses of READs the probe did not ask for again proved the timeout spurious.
+    assert_eq!(p.sa.stat(Stat::SpuriousTimeouts), 1);
 }
 
 /// Posts `n` signaled RDMA WRITEs of `len` bytes each, from A's MR 0x100 to B's.
@@ -1100,6 +1102,11 @@ fn a_timeout_resends_one_packet_then_slow_starts() {
         }
     }
     assert_eq!(rounds, vec![1, 2, 4, 8, 16, 32]);
+    assert_eq!(
+        p.sa.stat(Stat::SpuriousTimeouts),
+        0,
+        "nothing arrived but what was resent"
+    );
     assert_eq!(statuses(&p.sa), vec![(0, 0)]);
     assert_eq!(
         bytes(&p.sb, 0x100, 0x1020_0000, 64 * 256),
@@ -1151,6 +1158,68 @@ fn a_slow_peer_gets_no_window_of_duplicates_from_a_timeout() {
     assert_eq!(p.sa.stat(Stat::Timeouts), 2);
     assert_eq!(p.sa.stat(Stat::Retransmits), 2);
     assert_eq!(p.sb.stat(Stat::DuplicateRequests), 2);
+}
+
+#[test]
+fn a_spurious_timeout_gives_the_window_back() {
+    // 64 WRITE packets sit in a queue longer than the timer (a paced sender behind a grown
+    // bottleneck queue): the timer fires, the probe resends the first packet, then the
+    // originals arrive. Their acknowledgement covers packets the probe never resent, so the
+    // timeout was spurious: the window and threshold return to what they were, and nothing
+    // else is sent again.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 64 * 256);
+    for _ in 0..8 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    }
+    let late: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(late.len(), 64);
+    let before = p.a.details();
+    p.a.retry_timer_expired(&mut p.sa);
+    for _ in 0..3 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    }
+    assert_eq!(p.sa.out.len(), 1, "the probe");
+    assert_eq!(p.a.details().cwnd, 1, "the timeout closed the window");
+    for (b, _) in &late {
+        p.deliver(b, true);
+    }
+    for (b, _) in p.sb.out.drain(..).collect::<Vec<_>>() {
+        p.deliver(&b, false);
+    }
+    assert_eq!(p.sa.stat(Stat::SpuriousTimeouts), 1);
+    let after = p.a.details();
+    assert!(after.cwnd >= before.cwnd, "{before:?} -> {after:?}");
+    assert_eq!(after.ssthresh, before.ssthresh);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 1, "the probe only");
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 64 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 64 * 256)
+    );
+}
+
+#[test]
+fn a_timeout_after_an_unanswered_probe_is_never_undone() {
+    // Everything is lost, the probe too: the second timeout goes back N in full, and the
+    // acknowledgements of what it resent prove nothing about the first.
+    let mut p = Pair::new(QpType::Rc, 256);
+    p.b.set_place_ahead(false);
+    post_writes(&mut p, 1, 16 * 256);
+    for _ in 0..4 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    }
+    let sent: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(sent.len(), 16);
+    p.a.retry_timer_expired(&mut p.sa);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let probe: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(probe.len(), 1);
+    p.a.retry_timer_expired(&mut p.sa);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.sa.stat(Stat::SpuriousTimeouts), 0);
 }
 
 #[test]
@@ -1528,7 +1597,8 @@ fn lossy_run_clocked(
 }
 
 /// [`lossy_run_clocked`], with `gbn`: B's responder drops what arrives past a gap (a go-back-N
-/// peer such as rdma_rxe) instead of placing RDMA WRITE packets ahead; A learns it.
+/// peer such as rdma_rxe) instead of placing RDMA WRITE packets ahead, and does not announce
+/// placement: A must never resend a packet alone to it.
 fn lossy_run_peer(
     seed: u64,
     f: Faults,
@@ -1708,6 +1778,11 @@ fn lossy_run_peer(
     for (old, add) in olds {
         prop_assert_eq!(old, v);
         v = v.wrapping_add(add);
+    }
+    if gbn {
+        // A peer that did not announce placement never sees the selective mode.
+        prop_assert_eq!(p.sa.stat(Stat::SelectiveResends), 0);
+        prop_assert_ne!(p.a.details().peer, PeerMode::Places);
     }
     Ok(())
 }
