@@ -27,13 +27,14 @@ mod env;
 mod requester;
 mod responder;
 mod selective;
+mod timer;
 mod wqe;
 
 // The round-trip estimate's floor: for the host tests.
-#[allow(unused_imports)]
-pub use self::requester::RTO_MIN_US;
 pub use self::responder::Resource;
 pub use self::selective::PeerMode;
+#[allow(unused_imports)]
+pub use self::timer::RTO_MIN_US;
 // The replay budget's refill period: for the host tests (the shell only supplies the clock).
 #[allow(unused_imports)]
 pub use self::responder::READ_REPLAY_REFILL_MS;

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The requester: turns send WRs into request packets, keeps the RC window and the retransmit
-//! timer, and goes back N when the completer or the timer says packets were lost.
+//! The requester: turns send WRs into request packets, keeps the RC window, and goes back N
+//! when the completer or the timer (`timer.rs`) says packets were lost.
 
 use super::{
-    ahead::ReadAhead, opcode, selective::PeerMode, transport_of, wc_status, wqe, Config, Dest,
-    Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_POLL_US, ACK_REQ_EVERY, RC_WINDOW,
+    ahead::ReadAhead,
+    opcode,
+    selective::PeerMode,
+    timer::{Probe, Undo},
+    transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind,
+    ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -121,56 +125,6 @@ pub(super) const MIN_SSTHRESH: u32 = 8;
 /// Congestion avoidance opens the window by this many packets per window acknowledged.
 pub(super) const CWND_AI: u32 = 2;
 
-/// The retransmit timer never fires sooner than this after progress (RFC 6298 says 1 s for
-/// TCP; a software RoCE path round trip is well under a millisecond, but kernel timers tick
-/// every 4 ms at HZ 250 and a TCG guest stalls its vCPUs for several milliseconds).
-pub const RTO_MIN_US: u64 = 10_000;
-
-/// The clock granularity G of RFC 6298 (a jiffy at HZ 250).
-pub(super) const RTO_GRANULARITY_US: u64 = 4_000;
-
-/// Early expiries double the wait up to this shift at most (the QP's `timeout` bounds it
-/// anyway).
-const RTO_MAX_SHIFT: u8 = 6;
-
-/// Expiries in a row that a busy peer may pass over before the timeout counts.
-pub(super) const BUSY_WAITS: u8 = 8;
-
-/// ACK polls in a row that packets still in transit may put off (each by [`ACK_POLL_US`]).
-pub(super) const POLL_WAITS: u8 = 4;
-
-/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
-/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
-/// window of READs makes such a peer answer every READ again before the response we wait
-/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
-/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
-/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
-/// makes progress, the requester returns to where it was and lets the rest of the window answer
-/// for itself.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Probe {
-    /// The WR sent again: the requester does not go past it until progress.
-    pub(super) idx: u32,
-    /// Where the requester stood when the timer fired.
-    pub(super) next: u32,
-    pub(super) cur_pkt: u32,
-    pub(super) psn: Psn,
-}
-
-/// What a timeout took from the window, to give back if it proves spurious (RFC 5682's F-RTO
-/// detection with RFC 4015's response). A timeout closes the window to one packet and probes
-/// with the oldest WR; a requester paced by DCQCN behind a queue that grew faster than the
-/// round-trip estimate sees such timeouts while nothing was lost. An acknowledgement of
-/// `proof` or later (a PSN the probe did not send again) shows that the original packets
-/// arrived: the window and threshold return to what they were.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Undo {
-    pub(super) cwnd: u32,
-    pub(super) ssthresh: u32,
-    /// The first PSN the probe cannot have had acknowledged.
-    pub(super) proof: Psn,
-}
-
 impl Requester {
     pub(super) fn new(cfg: &Config) -> Self {
         Requester {
@@ -240,30 +194,6 @@ impl Requester {
         self.early = 0;
         self.acked = self.psn;
         self.asked = self.psn;
-    }
-
-    /// The retransmission timeout the round-trip estimate gives (RFC 6298: SRTT + max(G,
-    /// 4 RTTVAR), at least [`RTO_MIN_US`]); `None` before the first sample.
-    pub(super) fn rto_us(&self) -> Option<u64> {
-        if self.srtt_us == 0 && self.rttvar_us == 0 {
-            return None;
-        }
-        let v = self.srtt_us + (4 * self.rttvar_us).max(RTO_GRANULARITY_US);
-        Some(v.max(RTO_MIN_US))
-    }
-
-    /// A round-trip sample of `r` microseconds (RFC 6298 section 2).
-    pub(super) fn rtt_sample(&mut self, r: u64) {
-        // A zero sample (a coarse clock) still counts: it is "less than a tick".
-        let r = r.max(1);
-        if self.srtt_us == 0 && self.rttvar_us == 0 {
-            self.srtt_us = r;
-            self.rttvar_us = r / 2;
-        } else {
-            let d = self.srtt_us.abs_diff(r);
-            self.rttvar_us = (3 * self.rttvar_us + d) / 4;
-            self.srtt_us = (7 * self.srtt_us + r) / 8;
-        }
     }
 
     /// `n` more PSNs acknowledged: slow start below `ssthresh`, congestion avoidance above.
@@ -749,271 +679,10 @@ where
         Ok(r)
     }
 
-    /// Restarts, stops or leaves the retransmit timer: it runs while a sent PSN is
-    /// unacknowledged (RC, not waiting for RNR), and `progress` restarts it.
-    pub(super) fn update_timer<E: Env>(&mut self, env: &mut E, progress: bool) {
-        let outstanding = self.cfg.qp_type == QpType::Rc
-            && self.unacked()
-            && !self.req.rnr_wait
-            && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
-        match (outstanding, self.cfg.retry_timeout_usecs()) {
-            (true, Some(us)) => {
-                // Nothing unacknowledged asked for an ACK: the timer polls for it soon, rather
-                // than waiting a retransmit timeout for a loss that did not happen.
-                let poll = self.unasked_tail();
-                if progress || !self.req.timer_armed || poll != self.req.timer_poll {
-                    self.req.due_us = None;
-                    self.req.early = 0;
-                    let us = if poll {
-                        us.min(ACK_POLL_US)
-                    } else {
-                        let full = us << self.req.backoff.min(2);
-                        // The round-trip estimate fires sooner; the QP's timeout stays the
-                        // limit at which an expiry spends a retry.
-                        match (self.req.rto_us(), env.clock_us()) {
-                            (Some(rto), Some(now)) if rto < full => {
-                                self.req.due_us = Some(now.wrapping_add(full));
-                                rto
-                            }
-                            _ => full,
-                        }
-                    };
-                    env.set_retry_timer(Some(us));
-                    self.req.timer_armed = true;
-                    self.req.timer_poll = poll;
-                }
-            }
-            _ => {
-                self.req.due_us = None;
-                if self.req.timer_armed {
-                    env.set_retry_timer(None);
-                    self.req.timer_armed = false;
-                }
-            }
-        }
-    }
-
-    /// Some PSN ever sent is not acknowledged. Not `acked != psn`: after a timeout went back,
-    /// the PSNs it will send again stay unacknowledged even while nothing has gone out again
-    /// (the shell may be unable to send: its packets in flight capped, or the path pushing
-    /// back), and the timer must keep running and spending retries, so that a requester whose
-    /// path is dead fails with RETRY_EXC_ERR within `timeout` x (`retry_cnt` + 1) whether or
-    /// not it can transmit (rdma_rxe 6.12 does not: its retransmissions stall behind the skbs
-    /// it still counts in flight).
-    fn unacked(&self) -> bool {
-        self.req.acked.before(self.req.high)
-    }
-
-    /// Everything unacknowledged was sent, once, none of it asked for an ACK, and nothing more
-    /// can be sent now: an unsignaled tail, not a loss (a probe or a go-back in progress asks,
-    /// or is not done sending). A requester that could send more but was held back (its
-    /// budget, a congested path, local delivery) is in mid-stream: its next packets ask soon
-    /// enough (every [`ACK_REQ_EVERY`]-th PSN), and a poll then would race the packets still
-    /// on their way (in loopback, another CPU may be delivering them) and be taken for a gap.
-    fn unasked_tail(&self) -> bool {
-        self.unacked()
-            && !self.req.asked.after(self.req.acked)
-            && self.req.psn == self.req.high
-            && self.req.probe.is_none()
-            && !self.can_send()
-    }
-
     /// The requester has a packet it may send now (nothing but the caller's budget or the
     /// path holds it back).
-    fn can_send(&self) -> bool {
+    pub(super) fn can_send(&self) -> bool {
         self.requester_ready() && self.gate(&self.sq.entry(self.sq.next)) == Gate::Open
-    }
-
-    /// The retransmit timer fired: go back N from the oldest unacknowledged PSN, or fail the
-    /// oldest WR with RETRY_EXC_ERR when the retries are spent. The caller then runs the
-    /// requester.
-    pub fn retry_timer_expired<E: Env>(&mut self, env: &mut E) {
-        self.req.timer_armed = false;
-        let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe);
-        if !active || self.cfg.qp_type != QpType::Rc || !self.unacked() || self.req.rnr_wait {
-            return;
-        }
-        // A timer armed for a poll that finds the requester able to send again (more WRs were
-        // posted, and the shell has not run it yet): not a tail any more, and not a timeout
-        // either; it runs for a full timeout from now.
-        if self.req.timer_poll && self.can_send() {
-            self.update_timer(env, false);
-            return;
-        }
-        // An ACK poll: the unacknowledged WRs are an unsignaled tail that never asked for an
-        // ACK (see `send_packet`), so silence is no sign of loss. Its newest packet goes out
-        // again, asking; the peer answers the duplicate with an ACK of everything it has
-        // (C9-105). No retry is spent and the window stays open. Should the poll itself go
-        // unanswered, it did ask, and the next expiry is a timeout.
-        if self.unasked_tail() {
-            // Packets of ours may still be on their way to the peer inside this host (another
-            // CPU is delivering loopback packets, and its vCPU may be stalled for longer than
-            // the poll's wait): the poll would overtake them, and the peer would take it for
-            // a gap and answer with a sequence NAK. It waits another poll interval, a few
-            // times at most (a busy device's other traffic must not hold it off for good).
-            if self.req.poll_waits < POLL_WAITS && env.in_transit() {
-                self.req.poll_waits += 1;
-                self.update_timer(env, false);
-                return;
-            }
-            self.req.poll_waits = 0;
-            self.stat(env, Stat::AckPolls, 1);
-            self.rewind(self.req.high.wrapping_sub(1));
-            self.req.poll = true;
-            self.update_timer(env, false);
-            self.settle(env);
-            return;
-        }
-        // A peer that answers only what it answered before is working through duplicates of
-        // our requests (rdma_rxe replays a duplicate READ in full, and answers each duplicate
-        // SEND or WRITE packet, one request after another): a retransmission now would only
-        // queue another replay behind them, and a slow peer (TCG, KASAN) then falls further
-        // behind at every expiry until the retries run out. The expiry is passed over while
-        // such answers keep coming, [`BUSY_WAITS`] times in a row at most (a peer that only
-        // ever repeats itself still ends in RETRY_EXC_ERR, later).
-        // An expiry of the round-trip estimate, before the QP's `timeout` has run out: the
-        // requester resends as a timeout would (a probe first, see `go_back_on_timeout`), but
-        // spends no retry and does not back the `timeout` off; the wait doubles until the next
-        // expiry, which the `timeout` bounds. A peer that answered with READ responses since
-        // is replaying older READs of ours, busy, not deaf: it waits (duplicate ACKs do not
-        // count: a responder re-acknowledges a retransmission that went quiet, and a stale
-        // ACK says nothing about what was lost after it).
-        if let (Some(due), Some(now)) = (self.req.due_us, env.clock_us()) {
-            let left = due.wrapping_sub(now) as i64;
-            if left > 1_000 {
-                if !core::mem::take(&mut self.req.replay_heard) {
-                    self.stat(env, Stat::RtoExpiries, 1);
-                    self.req.retrying = false;
-                    self.go_back_on_timeout();
-                }
-                self.req.early = (self.req.early + 1).min(RTO_MAX_SHIFT);
-                let rto = self.req.rto_us().unwrap_or(RTO_MIN_US) << self.req.early;
-                env.set_retry_timer(Some(rto.min(left as u64)));
-                self.req.timer_armed = true;
-                self.req.timer_poll = false;
-                self.settle(env);
-                return;
-            }
-            self.req.due_us = None;
-        }
-        if core::mem::take(&mut self.req.heard) && self.req.busy_waits < BUSY_WAITS {
-            self.req.busy_waits += 1;
-            self.stat(env, Stat::PeerBusyWaits, 1);
-            self.update_timer(env, false);
-            return;
-        }
-        self.stat(env, Stat::Timeouts, 1);
-        self.req.retrying = false;
-        self.req.backoff = (self.req.backoff + 1).min(2);
-        if self.spend_retry(env) {
-            self.go_back_on_timeout();
-        }
-        self.update_timer(env, false);
-        self.settle(env);
-    }
-
-    /// A timeout's resend: back to the oldest unacknowledged PSN with the window closed to one
-    /// packet, probing with the oldest WR first (see [`Probe`]).
-    fn go_back_on_timeout(&mut self) {
-        // A probe that went unanswered keeps the place the first timeout found: the
-        // requester returns there, not to just after the probe.
-        let was = self.req.probe.unwrap_or(Probe {
-            idx: self.sq.next,
-            next: self.sq.next,
-            cur_pkt: self.req.cur_pkt,
-            psn: self.req.psn,
-        });
-        // Only the first timeout of an episode can be undone (a later one follows a probe that
-        // went unanswered, or a guess that was wrong).
-        let first = self.req.probe.is_none() && self.req.guess.is_none();
-        let before = (self.req.cwnd, self.req.ssthresh);
-        self.req.shrink_window(true);
-        let p = self.req.acked;
-        self.rewind(p);
-        // A probe whose answer led back to `was` and nothing came since: the guess was
-        // wrong, the rest of the window is lost; go back N in full this time.
-        if self.req.guess.take().is_none() {
-            self.req.probe = Some(Probe {
-                idx: self.sq.next,
-                ..was
-            });
-        }
-        self.req.undo = None;
-        if first && self.sq.next != self.sq.head {
-            // The probe sends one packet again, or a READ's request whose responses
-            // acknowledge the whole READ.
-            let e = self.sq.entry(self.sq.next);
-            let proof = if e.kind == WrKind::Read {
-                e.first_psn.wrapping_add(e.npkts.max(1))
-            } else {
-                p.next()
-            };
-            if proof.before(self.req.high) {
-                self.req.undo = Some(Undo {
-                    cwnd: before.0,
-                    ssthresh: before.1,
-                    proof,
-                });
-            }
-        }
-    }
-
-    /// An acknowledgement moved `acked`: a timeout whose probe did not send `proof` again,
-    /// now acknowledged, was spurious; the window is given back. Returns whether it was.
-    pub(super) fn undo_spurious_timeout(&mut self) -> bool {
-        let Some(u) = self.req.undo else {
-            return false;
-        };
-        if !self.req.acked.after(u.proof) {
-            return false;
-        }
-        self.req.undo = None;
-        self.req.cwnd = self.req.cwnd.max(u.cwnd);
-        self.req.ssthresh = self.req.ssthresh.max(u.ssthresh);
-        true
-    }
-
-    /// Spends one retry; when none is left, completes the oldest WR with RETRY_EXC_ERR and
-    /// moves the QP to ERR. Returns whether the retry may go ahead.
-    pub(super) fn spend_retry<E: Env>(&mut self, env: &mut E) -> bool {
-        if self.req.retry_left == 0 {
-            self.stat(env, Stat::RetryExceeded, 1);
-            self.fail_oldest(env, wc_status::RETRY_EXC_ERR);
-            return false;
-        }
-        self.req.retry_left -= 1;
-        true
-    }
-
-    /// Progress after a timeout's probe: the requester goes back to where the timer found it,
-    /// unless acknowledgements already took it further.
-    pub(super) fn end_probe(&mut self) {
-        if let Some(p) = self.req.probe.take() {
-            let probed = self.sq.entry(p.idx);
-            self.req.guess = Some(probed.first_psn.wrapping_add(probed.npkts.max(1)));
-            if p.psn.after(self.req.psn) && !p.psn.after(self.req.high) {
-                self.sq.next = p.next;
-                self.req.cur_pkt = p.cur_pkt;
-                self.req.psn = p.psn;
-                let mut n = 0;
-                let mut i = self.sq.done;
-                while i != p.next && i != self.sq.head {
-                    if self.sq.entry(i).kind.is_rd_atomic() {
-                        n += 1;
-                    }
-                    i = i.wrapping_add(1);
-                }
-                self.req.rd_atomic = n;
-            }
-        } else if self.req.guess.is_some_and(|g| self.req.acked.after(g)) {
-            // Answers beyond the probed WR: the peer was slow, not deaf.
-            self.req.guess = None;
-        }
-    }
-
-    /// The RNR timer fired: the requester may resend.
-    pub fn rnr_timer_expired(&mut self) {
-        self.req.rnr_wait = false;
     }
 
     /// Go back N: the next packet sent is the one at `psn` (a SEND/WRITE resumes at that packet,
