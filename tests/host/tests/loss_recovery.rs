@@ -16,23 +16,6 @@ use rrxe_host_tests::uapi::Sge;
 mod common;
 use common::*;
 
-fn post_writes(p: &mut Pair, n: u64, len: u32) {
-    for i in 0..n {
-        let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
-        w.remote_addr = 0x1020_0000 + i * u64::from(len);
-        w.rkey = 0x100;
-        p.post_send(
-            w,
-            &[Sge {
-                addr: 0x1000_0000 + i * u64::from(len),
-                length: len,
-                lkey: 0x100,
-            }],
-            &[],
-        );
-    }
-}
-
 fn psn_of(b: &[u8]) -> Psn {
     Packet::parse(b).unwrap().bth().psn
 }

@@ -830,3 +830,21 @@ pub fn read_wr(wr_id: u64, remote: u64, local: u64, len: u32) -> (SendWqe, Sge) 
         },
     )
 }
+
+/// Posts `n` signaled RDMA WRITEs of `len` bytes each, from A's MR 0x100 to B's.
+pub fn post_writes(p: &mut Pair, n: u64, len: u32) {
+    for i in 0..n {
+        let mut w = signaled(wr_opcode::RDMA_WRITE, i, 1);
+        w.remote_addr = 0x1020_0000 + i * u64::from(len);
+        w.rkey = 0x100;
+        p.post_send(
+            w,
+            &[Sge {
+                addr: 0x1000_0000 + i * u64::from(len),
+                length: len,
+                lkey: 0x100,
+            }],
+            &[],
+        );
+    }
+}
