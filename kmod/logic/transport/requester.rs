@@ -3,12 +3,8 @@
 //! when the completer or the timer (`timer.rs`) says packets were lost.
 
 use super::{
-    ahead::ReadAhead,
-    opcode,
-    selective::PeerMode,
-    timer::{Probe, Undo},
-    transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind,
-    ACK_REQ_EVERY, RC_WINDOW,
+    ahead::ReadAhead, opcode, selective::PeerMode, timer::Probe, transport_of, wc_status, wqe,
+    Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -67,9 +63,10 @@ pub(super) struct Requester {
     /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
     /// in full.
     pub(super) guess: Option<Psn>,
-    /// The window before the first timeout of an episode, kept until an answer shows whether
-    /// the timeout was spurious ([`Undo`]).
-    pub(super) undo: Option<Undo>,
+    /// After the first timeout of an episode: the first PSN its probe did not send again. An
+    /// acknowledgement past it shows the timeout was spurious
+    /// ([`Engine::undo_spurious_timeout`](super::Engine)).
+    pub(super) undo: Option<Psn>,
     /// Answers came since the last expiry, none of them progress (duplicate ACKs, READ
     /// responses we already have or that lie past a gap): the peer is busy with older
     /// requests of ours, not deaf. See [`Engine::retry_timer_expired`].

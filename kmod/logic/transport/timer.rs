@@ -48,20 +48,6 @@ pub(super) struct Probe {
     pub(super) psn: Psn,
 }
 
-/// What a timeout took from the window, to give back if it proves spurious (RFC 5682's F-RTO
-/// detection with RFC 4015's response). A timeout closes the window to one packet and probes
-/// with the oldest WR; a requester paced by DCQCN behind a queue that grew faster than the
-/// round-trip estimate sees such timeouts while nothing was lost. An acknowledgement of
-/// `proof` or later (a PSN the probe did not send again) shows that the original packets
-/// arrived: the window and threshold return to what they were.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Undo {
-    pub(super) cwnd: u32,
-    pub(super) ssthresh: u32,
-    /// The first PSN the probe cannot have had acknowledged.
-    pub(super) proof: Psn,
-}
-
 impl Requester {
     /// The retransmission timeout the round-trip estimate gives (RFC 6298: SRTT + max(G,
     /// 4 RTTVAR), at least [`RTO_MIN_US`]); `None` before the first sample.
@@ -265,7 +251,6 @@ where
         // Only the first timeout of an episode can be undone (a later one follows a probe that
         // went unanswered, or a guess that was wrong).
         let first = self.req.probe.is_none() && self.req.guess.is_none();
-        let before = (self.req.cwnd, self.req.ssthresh);
         self.req.shrink_window(true);
         let p = self.req.acked;
         self.rewind(p);
@@ -288,27 +273,26 @@ where
                 p.next()
             };
             if proof.before(self.req.high) {
-                self.req.undo = Some(Undo {
-                    cwnd: before.0,
-                    ssthresh: before.1,
-                    proof,
-                });
+                self.req.undo = Some(proof);
             }
         }
     }
 
-    /// An acknowledgement moved `acked`: a timeout whose probe did not send `proof` again,
-    /// now acknowledged, was spurious; the window is given back. Returns whether it was.
+    /// An acknowledgement moved `acked`: a timeout whose probe did not send the PSN it holds
+    /// in `undo` again, now acknowledged, was spurious (RFC 5682's F-RTO detection): the
+    /// original packets arrived. The window goes back up to the threshold the timeout set,
+    /// half of what was in flight, at once instead of by slow start from one packet: the
+    /// conservative response of RFC 5682, since a round trip that outgrew the estimate is a
+    /// queue growing (a sender paced by DCQCN behind a bottleneck). Returns whether it was.
     pub(super) fn undo_spurious_timeout(&mut self) -> bool {
-        let Some(u) = self.req.undo else {
+        let Some(proof) = self.req.undo else {
             return false;
         };
-        if !self.req.acked.after(u.proof) {
+        if !self.req.acked.after(proof) {
             return false;
         }
         self.req.undo = None;
-        self.req.cwnd = self.req.cwnd.max(u.cwnd);
-        self.req.ssthresh = self.req.ssthresh.max(u.ssthresh);
+        self.req.cwnd = self.req.cwnd.max(self.req.ssthresh);
         true
     }
 
