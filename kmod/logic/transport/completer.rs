@@ -342,11 +342,6 @@ where
                 };
                 if sel {
                     self.stat(env, Stat::SelectiveResends, 1);
-                    // A loss on a path that marks congestion is a congestion drop: the
-                    // window halves as for a go-back (the lost packet alone is resent).
-                    if env.congested() {
-                        self.req.shrink_window(false);
-                    }
                 } else {
                     // Once per episode (`retrying`): the window halves, and the go-back
                     // resends only what the smaller window holds.

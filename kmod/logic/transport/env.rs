@@ -130,13 +130,6 @@ pub trait Env {
     fn clock_us(&mut self) -> Option<u64> {
         None
     }
-    /// The path is known to be congested: DCQCN limits this QP's rate (CNPs came). A loss is
-    /// then taken for a congestion drop, and a selective resend halves the window as going
-    /// back N does; otherwise (the default) a selective episode keeps the window, a random
-    /// loss saying nothing about congestion.
-    fn congested(&mut self) -> bool {
-        false
-    }
     /// The oldest send WR retired: `outstanding` WRs of the SQ remain taken and not yet
     /// completed. Called before the retired WR's completion (if any) is posted, so a consumer
     /// that sees the completion also sees the slot free again: a WR holds its SQ slot until it

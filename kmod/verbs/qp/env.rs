@@ -546,11 +546,6 @@ impl Env for Ctx<'_, '_> {
         Some(timer::now_us())
     }
 
-    /// DCQCN limits this QP's rate: the path marked congestion.
-    fn congested(&mut self) -> bool {
-        self.sh.rp.active
-    }
-
     /// `jiffies` in milliseconds (the clock of the READ replay budget).
     fn now_ms(&mut self) -> u64 {
         let hz = timer::usecs_to_jiffies(1_000_000).max(1);

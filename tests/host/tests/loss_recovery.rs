@@ -471,24 +471,6 @@ fn a_lost_middle_packet_is_resent_alone() {
 }
 
 #[test]
-fn a_selective_resend_halves_the_window_when_the_path_marks_congestion() {
-    // The same lost middle packet, with DCQCN limiting A's rate (CNPs came): the loss is a
-    // congestion drop. The packet is still resent alone, and the window halves from what was
-    // in flight, as a go-back would.
-    let mut p = Pair::new(QpType::Rc, 256);
-    p.sa.congested = true;
-    post_writes(&mut p, 1, 64 * 256);
-    drop_first_sends(&mut p, &[10]);
-    p.run();
-    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
-    assert_eq!(p.sa.stat(Stat::SelectiveResends), 1);
-    assert_eq!(p.sa.stat(Stat::Retransmits), 1, "the lost packet only");
-    let d = p.a.details();
-    assert!(d.ssthresh < RC_WINDOW && d.cwnd < RC_WINDOW, "{d:?}");
-    same_bytes(&p, 64 * 256);
-}
-
-#[test]
 fn several_holes_in_a_window_are_each_resent_alone() {
     // Four WRITEs of 32 packets, five packets lost across them (none a first packet, none
     // next to another): each hole is asked for and sent again alone, and every WR completes

@@ -72,8 +72,6 @@ pub struct Side {
     /// `Env::clock_us` answers `now_ms` in microseconds (the requester keeps a round-trip
     /// estimate); `false`: no clock, the IBTA timeout alone.
     pub clock: bool,
-    /// What `Env::congested` answers (DCQCN limiting the QP's rate).
-    pub congested: bool,
     /// Packets this says to are dropped by the sender's own stack ([`Emit::Dropped`]: not
     /// carried, and not recorded in `out`).
     pub drop_tx: Option<TxDropFn>,
@@ -318,9 +316,6 @@ impl Env for Side {
     }
     fn clock_us(&mut self) -> Option<u64> {
         self.clock.then_some(self.now_ms * 1000)
-    }
-    fn congested(&mut self) -> bool {
-        self.congested
     }
     fn mr_register(&mut self, key: u32, iova: u64, len: u64, acc: u32) -> Result<(), u32> {
         self.local_ops.push(("reg", key));
