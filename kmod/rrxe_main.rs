@@ -8,6 +8,7 @@
 
 use kernel::{prelude::*, sync::Arc};
 
+mod datapath;
 mod ib;
 // `logic` is also the host tests' library, so its items are `pub`; host-only items carry their
 // own `expect(dead_code)` (under `cfg(MODULE)`).

@@ -3,7 +3,7 @@
 //! keys, AH numbers) and the data-path fabric. Object files import this, never the dispatch
 //! (`driver.rs`).
 
-use super::{fabric::Fabric, stats::DevStats};
+use crate::datapath::{fabric::Fabric, stats::DevStats};
 use crate::ib::{bh::with_bh_disabled, netdev::NetDev};
 use crate::logic::{
     idalloc::{self, IdAlloc},

@@ -4,18 +4,16 @@
 //! its doorbells in `send.rs`, its scheduling and timers in `sched.rs`, and the engine's
 //! environment in `env.rs`.
 
-mod env;
 mod modify;
-mod sched;
-mod send;
-mod state;
 
 use modify::entered_by_data_path;
 pub(super) use modify::modify;
-pub(super) use send::BUDGET;
-pub(crate) use state::{Eng, QpInner, QpParts};
 
-use super::{ah::RrxeAh, av::Path, device::Rrxe, errno, pd::RrxePd};
+use super::{ah::RrxeAh, device::Rrxe, errno, pd::RrxePd};
+use crate::datapath::{
+    path::Path,
+    qp::{Eng, QpInner, QpParts},
+};
 use crate::ib::{
     device::{Device, QpLinks},
     objects::KSendWr,

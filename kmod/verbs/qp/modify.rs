@@ -3,22 +3,14 @@
 //! where it moved the QP to ERR or SQE on its own) before anything is committed, then applied to
 //! the engine under the QP lock.
 
-use super::state::{QpInner, Shell};
 use super::{engine_config, limits, port_mtu, QpAttrs, QpFacts, RrxeQp};
-use crate::ib::{bh::with_bh_disabled, device::Device, objects::AddressVector, udata::Udata};
+use crate::ib::{device::Device, objects::AddressVector, udata::Udata};
 use crate::logic::{
     limits as lim,
     qp_attr::{self, ModifyRequest, PortInfo},
     qp_state::{AttrMask, QpCurrent, QpState},
-    transport as tp,
 };
-use crate::verbs::{
-    av::{self, Path},
-    device::Rrxe,
-    errno,
-    loopback::{deliver, Outbox},
-    wq::{CONS, PROD},
-};
+use crate::verbs::{av, device::Rrxe, errno};
 use kernel::prelude::*;
 
 pub(crate) fn modify(
@@ -166,63 +158,4 @@ fn validate_now(
         sq_draining: a.sq_draining,
     };
     qp_attr::validate(req, &cur, &limits(), port).map_err(|e| errno(e.errno()))
-}
-
-impl QpInner {
-    /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
-    /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
-    /// the validation sticks unless the modify goes to RESET or ERR
-    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
-    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn apply(
-        &self,
-        cfg: tp::Config,
-        path: Option<Path>,
-        sq_psn: Option<u32>,
-        rq_psn: Option<u32>,
-        state: Option<(QpState, bool)>,
-        from: QpState,
-        retries: (bool, bool),
-    ) -> QpState {
-        with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, 0, None);
-            let now = {
-                let mut g = self.st.lock();
-                let d = &mut *g;
-                let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
-                d.eng.set_config(cfg, retries.0, retries.1);
-                if path.is_some() {
-                    d.sh.path = path;
-                }
-                if let Some((QpState::Reset, _)) = state {
-                    Self::discard_rings(&mut d.sh, self);
-                }
-                let mut cx = self.ctx(&mut d.sh, &mut out);
-                if let Some((s, notify)) = state {
-                    d.eng.set_state(&mut cx, s, notify);
-                }
-                d.eng.set_psns(sq_psn, rq_psn);
-                self.finish(cx.sh);
-                d.eng.state()
-            };
-            deliver(&self.fabric, &mut out);
-            now
-        })
-    }
-
-    /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
-    /// again, so a broken one is read again.
-    pub(super) fn discard_rings(sh: &mut Shell, qp: &QpInner) {
-        if let Some((r, _, _)) = &qp.sq {
-            sh.sq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, sh.sq_cons);
-        }
-        if let Some((r, _, _)) = &qp.rq {
-            sh.rq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, sh.rq_cons);
-        }
-        sh.sq_broken = false;
-        sh.rq_broken = false;
-    }
 }

@@ -36,7 +36,7 @@ pub(crate) struct Mcast {
 }
 
 fn errno_of(e: McastError) -> Error {
-    super::errno(e.errno())
+    crate::ib::errno(e.errno())
 }
 
 impl Mcast {

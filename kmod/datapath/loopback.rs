@@ -8,14 +8,14 @@
 //! most one), and its queue pushes back ([`Emit::Congested`]) when it fills. What a delivery
 //! leaves undone is resumed by the QP's continuation (see `qp/sched.rs`).
 
-use crate::logic::transport as tp;
-use crate::logic::{iphdr, stats::Stat, transport::RxInfo};
-use crate::verbs::{
-    av::Path,
+use crate::datapath::{
     fabric::Fabric,
+    path::Path,
     qp::QpInner,
     rx::{rx_packet, RX_BULK},
 };
+use crate::logic::transport as tp;
+use crate::logic::{iphdr, stats::Stat, transport::RxInfo};
 use kernel::prelude::*;
 use kernel::sync::SpinLock;
 

@@ -4,6 +4,14 @@
 //! `cond_resched()` between passes; a kernel consumer's never sleeps and leaves the rest to the
 //! continuation. Also the kernel consumers' producers of the SQ and RQ rings.
 
+use crate::datapath::{
+    loopback::{deliver, Outbox},
+    qp::{
+        env::Ctx,
+        state::{Eng, QpInner},
+    },
+    wq::{write_recv_slot, CONS, FLAGS, HDR, PROD},
+};
 use crate::ib::{
     bh::{self, with_bh_disabled},
     objects::QpEvent,
@@ -13,14 +21,6 @@ use crate::logic::qp_state::QpState;
 use crate::logic::transport as tp;
 use crate::uapi;
 use crate::uapi::{SendWqe, Sge};
-use crate::verbs::{
-    loopback::{deliver, Outbox},
-    qp::{
-        env::Ctx,
-        state::{Eng, QpInner},
-    },
-    wq::{write_recv_slot, CONS, FLAGS, HDR, PROD},
-};
 use core::{
     mem::{size_of, size_of_val},
     sync::atomic::{fence, Ordering},
@@ -28,7 +28,7 @@ use core::{
 use kernel::prelude::*;
 
 /// Packets a doorbell pass may send before the SQ lock is released.
-pub(in crate::verbs) const BUDGET: u32 = 64;
+pub(in crate::datapath) const BUDGET: u32 = 64;
 
 /// Passes one doorbell makes at most (then the continuation takes over).
 pub(super) const MAX_PASSES: u32 = 1 << 16;

@@ -5,6 +5,14 @@
 //! an exhausted loopback pool) stopped resumes from the pacing timer one jiffy later, so that a
 //! congested path paces itself. Also the responder's turn ([`RespTurn`]) and the timers.
 
+use crate::datapath::{
+    loopback::{deliver, Outbox, OUT_HIGH},
+    qp::{
+        env::Ctx,
+        send::BUDGET,
+        state::{Eng, QpInner, RespTurn, Shell},
+    },
+};
 use crate::ib::{
     bh::with_bh_disabled,
     inflight::{self, TxWaker},
@@ -17,14 +25,6 @@ use crate::logic::{
     stats::Stat,
     transport::{Dest, Env, RxInfo},
     wire::{self, Packet},
-};
-use crate::verbs::{
-    loopback::{deliver, Outbox, OUT_HIGH},
-    qp::{
-        env::Ctx,
-        send::BUDGET,
-        state::{Eng, QpInner, RespTurn, Shell},
-    },
 };
 use core::sync::atomic::Ordering;
 
@@ -149,7 +149,7 @@ impl QpInner {
 
     /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is
     /// free again, and this delivery goes on answering within its budget.
-    pub(in crate::verbs) fn resp_delivered(&self, out: &mut Outbox<'_>) {
+    pub(in crate::datapath) fn resp_delivered(&self, out: &mut Outbox<'_>) {
         let mut g = self.st.lock();
         let d = &mut *g;
         if d.sh.resp != RespTurn::Held {
@@ -210,7 +210,7 @@ impl QpInner {
     /// Handles a packet for this QP (bottom halves disabled). `ce`: it arrived marked
     /// Congestion Experienced, so a connected QP answers its sender with a CNP (at most one
     /// per `np_min_time_between_cnps`).
-    pub(in crate::verbs) fn rx(
+    pub(in crate::datapath) fn rx(
         &self,
         pkt: &Packet<'_>,
         info: &RxInfo,
@@ -264,7 +264,7 @@ impl QpInner {
 
     /// The reaction point: a CNP for this QP arrived from `src` (bottom halves disabled). Only
     /// the connected peer's CNPs count: anyone else's would let a stranger slow the QP down.
-    pub(in crate::verbs) fn on_cnp(&self, src: &[u8; 16]) {
+    pub(in crate::datapath) fn on_cnp(&self, src: &[u8; 16]) {
         let fab = &self.fabric;
         if !fab.cc.load(Ordering::Relaxed) {
             return;

@@ -6,6 +6,15 @@
 //! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
 //! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
 
+use crate::datapath::{
+    cq::CqInner,
+    fabric::{DcqcnCopy, Fabric},
+    loopback::{deliver, Outbox},
+    path::Path,
+    qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
+    srq::SrqInner,
+    wq::{CONS, PROD},
+};
 use crate::ib::{
     bh::with_bh_disabled, inflight::Gauge, objects::QpRef, ring::SharedRing, timer, work,
 };
@@ -14,14 +23,6 @@ use crate::logic::{
     dcqcn,
     qp_state::QpState,
     transport::{Engine, Resource, SqEntry},
-};
-use crate::verbs::{
-    av::Path,
-    cq::CqInner,
-    fabric::{DcqcnCopy, Fabric},
-    qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
-    srq::SrqInner,
-    wq::PROD,
 };
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -352,5 +353,64 @@ impl QpInner {
                 d.eng.sq_draining(),
             )
         })
+    }
+}
+
+impl QpInner {
+    /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
+    /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
+    /// the validation sticks unless the modify goes to RESET or ERR
+    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
+    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &self,
+        cfg: tp::Config,
+        path: Option<Path>,
+        sq_psn: Option<u32>,
+        rq_psn: Option<u32>,
+        state: Option<(QpState, bool)>,
+        from: QpState,
+        retries: (bool, bool),
+    ) -> QpState {
+        with_bh_disabled(|| {
+            let mut out = Outbox::new(&self.fabric, 0, None);
+            let now = {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
+                d.eng.set_config(cfg, retries.0, retries.1);
+                if path.is_some() {
+                    d.sh.path = path;
+                }
+                if let Some((QpState::Reset, _)) = state {
+                    Self::discard_rings(&mut d.sh, self);
+                }
+                let mut cx = self.ctx(&mut d.sh, &mut out);
+                if let Some((s, notify)) = state {
+                    d.eng.set_state(&mut cx, s, notify);
+                }
+                d.eng.set_psns(sq_psn, rq_psn);
+                self.finish(cx.sh);
+                d.eng.state()
+            };
+            deliver(&self.fabric, &mut out);
+            now
+        })
+    }
+
+    /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
+    /// again, so a broken one is read again.
+    pub(super) fn discard_rings(sh: &mut Shell, qp: &QpInner) {
+        if let Some((r, _, _)) = &qp.sq {
+            sh.sq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.sq_cons);
+        }
+        if let Some((r, _, _)) = &qp.rq {
+            sh.rq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.rq_cons);
+        }
+        sh.sq_broken = false;
+        sh.rq_broken = false;
     }
 }

@@ -2,6 +2,16 @@
 //! The per-device data-path state: the QP, MR and AH tables, the loopback buffer pool, the
 //! RoCEv2 socket and the multicast groups, shared with the receive path.
 
+use crate::datapath::{
+    loopback::{Pool, BUF_LEN, POOL_BUFS},
+    mcast::Mcast,
+    mr::MrInner,
+    mw::MwInner,
+    path::{AhInner, Path},
+    qp::QpInner,
+    stats::DevStats,
+    table::Table,
+};
 use crate::ib::{
     bh::with_bh_disabled,
     inflight::Gauge,
@@ -13,17 +23,6 @@ use crate::logic::{
     dcqcn,
     mw::{self, MrRef},
     roce, wire,
-};
-use crate::verbs::{
-    ah::AhInner,
-    av::Path,
-    loopback::{Pool, BUF_LEN, POOL_BUFS},
-    mcast::Mcast,
-    mr::MrInner,
-    mw::MwInner,
-    qp::QpInner,
-    stats::DevStats,
-    table::Table,
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;

@@ -2,17 +2,17 @@
 //! Receive dispatch: a packet from the wire (UDP receive softirq) or from a loopback delivery,
 //! parsed and handed to its QP, or to every UD QP attached to its multicast group.
 
+use crate::datapath::{
+    fabric::Fabric,
+    loopback::{deliver, Outbox},
+    mcast,
+    qp::BUDGET,
+};
 use crate::logic::{
     dcqcn, iphdr,
     stats::Stat,
     transport::RxInfo,
     wire::{self, Packet},
-};
-use crate::verbs::{
-    fabric::Fabric,
-    loopback::{deliver, Outbox},
-    mcast,
-    qp::BUDGET,
 };
 
 /// Bulk packets one packet from the wire may trigger (an ACK opening the window).
