@@ -3,6 +3,7 @@
 //! connected QP and by an address handle.
 
 use crate::ib::objects::AddressVector;
+use crate::logic::{iphdr, transport as tp};
 
 /// A resolved path: the address vector as given plus what the wire needs.
 #[derive(Clone, Copy, Default)]
@@ -17,6 +18,22 @@ pub(crate) struct Path {
     /// The destination is a multicast group (UD address handles only): members on this device
     /// get their copy without the network stack, the others through it.
     pub(crate) multicast: bool,
+}
+
+impl Path {
+    /// The GRH of a packet that went from this path's destination back to us (loopback: both
+    /// ends are our own GID).
+    pub(super) fn loopback_grh(&self, len: usize) -> [u8; tp::GRH_LEN] {
+        let sgid = self.av.sgid.map(|s| s.gid).unwrap_or(self.av.dgid);
+        iphdr::grh(
+            sgid,
+            self.av.dgid,
+            self.av.traffic_class,
+            self.hop_limit,
+            self.av.flow_label,
+            len,
+        )
+    }
 }
 
 /// An address handle as the data path sees it.

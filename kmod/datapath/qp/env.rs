@@ -3,7 +3,7 @@
 //! loopback, completions, events, receive WQEs and timers.
 
 use crate::datapath::{
-    loopback::{loopback_grh, Outbox},
+    loopback::Outbox,
     mr::{MrMem, MrView},
     qp::state::{OdpFault, QpInner, Shell, PACE_BURST},
     wq::{take_from_ring, CONS},
@@ -414,7 +414,7 @@ impl Env for Ctx<'_, '_> {
         let mut sent = Emit::Sent;
         if path.loopback || (path.multicast && fab.mcast.has_members(&path.av.dgid)) {
             let src = path.av.sgid.map(|s| s.gid).unwrap_or(path.av.dgid);
-            let grh = loopback_grh(&path, pkt.len());
+            let grh = path.loopback_grh(pkt.len());
             match self.out.push(pkt, &grh, src, path.av.dgid) {
                 Some(true) => sent = Emit::Congested,
                 Some(false) => {}

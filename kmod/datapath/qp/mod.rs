@@ -8,5 +8,4 @@ mod sched;
 mod send;
 mod state;
 
-pub(super) use send::BUDGET;
 pub(crate) use state::{Eng, QpInner, QpParts};

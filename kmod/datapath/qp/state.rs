@@ -9,9 +9,8 @@
 use crate::datapath::{
     cq::CqInner,
     fabric::{DcqcnCopy, Fabric},
-    loopback::{deliver, Outbox},
     path::Path,
-    qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
+    rx::deliver,
     srq::SrqInner,
     wq::{CONS, PROD},
 };
@@ -38,6 +37,15 @@ pub(super) const LINE_KBPS: u64 = 10_000_000;
 /// (the pacing timer resumes a held QP on the next jiffy).
 pub(super) const PACE_BURST: u64 = 64 * 1024;
 
+/// The QP's timers: the ids their callbacks get (`sched.rs`).
+pub(super) const TIMER_RNR: u32 = 0;
+
+pub(super) const TIMER_PACE: u32 = 1;
+
+pub(super) const TIMER_RETRY: u32 = 2;
+
+pub(super) const TIMER_REACK: u32 = 3;
+
 /// The engine with kernel storage.
 pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 
@@ -54,7 +62,7 @@ pub(super) enum RespTurn {
     /// Nothing of the responder's is waiting for delivery: any context may send.
     Free,
     /// A loopback delivery holds responder packets; it gives the turn back once it has
-    /// delivered them ([`QpInner::resp_delivered`]).
+    /// delivered them (`Receive::resp_delivered`, in `sched.rs`).
     Held,
     /// The continuation has the turn (it is scheduled). On a loopback path only: on the wire,
     /// any context may still send meanwhile (each sends under the QP lock).
@@ -115,7 +123,7 @@ pub(crate) struct OdpFault {
 
 impl Shell {
     /// Brings the device's `rate_limited_qps` gauge in line with `rp` after a step of it.
-    pub(super) fn sync_limited(&mut self, fab: &Fabric) {
+    pub(super) fn sync_limited(&mut self, fab: &Fabric<QpInner>) {
         if self.rp.active != self.limited {
             self.limited = self.rp.active;
             fab.rate_limited(self.limited);
@@ -171,7 +179,7 @@ pub(crate) struct QpInner {
     pub(super) recv_cq: Arc<CqInner>,
     pub(super) srq: Option<Arc<SrqInner>>,
     pub(super) ev: QpRef,
-    pub(super) fabric: Arc<Fabric>,
+    pub(super) fabric: Arc<Fabric<QpInner>>,
 }
 
 /// What a new [`QpInner`] is made of.
@@ -190,7 +198,7 @@ pub(crate) struct QpParts {
     pub(crate) recv_cq: Arc<CqInner>,
     pub(crate) srq: Option<Arc<SrqInner>>,
     pub(crate) ev: QpRef,
-    pub(crate) fabric: Arc<Fabric>,
+    pub(crate) fabric: Arc<Fabric<QpInner>>,
 }
 
 /// A QP's data-path state for `rdma resource show qp -dd`.
@@ -374,7 +382,7 @@ impl QpInner {
         retries: (bool, bool),
     ) -> QpState {
         with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, 0, None);
+            let mut out = self.fabric.outbox(0, None);
             let now = {
                 let mut g = self.st.lock();
                 let d = &mut *g;
