@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A QP's data-path half: the engine and the shell's own state under the QP lock, its rings,
-//! CQs, timers and continuation, creation and shutdown, and what `rdma res` and `query_qp`
-//! read of it.
+//! CQs, timers and continuation, creation, a modify's application and shutdown, and what
+//! `rdma res` and `query_qp` read of it.
 //!
 //! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
 //! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
