@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The driver: safe Rust on top of `ib/`, asking `logic/` for every decision.
+//! The driver's verbs: safe Rust on top of `datapath/` and `ib/`, asking `logic/` for every
+//! decision. Each object's verbs create its data-path half, publish it and tear it down.
 
 // The layering rule, enforced: `unsafe` lives in `ib/` only (scripts/check-safety checks the
 // SAFETY comments there).
