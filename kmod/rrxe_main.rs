@@ -2,12 +2,15 @@
 //! rrxe: Soft-RoCE (RoCEv2) rebuilt in Rust.
 //!
 //! Layout: `logic/` is the pure core (host-tested), `ib/` the only `unsafe` code (safe types
-//! over ib_core and the netdev core), `verbs/` the driver written against both.
+//! over ib_core and the netdev core), `datapath/` what runs in any context on a device's state,
+//! `verbs/` the verbs that create and destroy it. Each layer imports only those before it (and
+//! `uapi`).
 
 #![recursion_limit = "256"]
 
 use kernel::{prelude::*, sync::Arc};
 
+mod datapath;
 mod ib;
 // `logic` is also the host tests' library, so its items are `pub`; host-only items carry their
 // own `expect(dead_code)` (under `cfg(MODULE)`).

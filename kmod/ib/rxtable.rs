@@ -3,8 +3,8 @@
 //!
 //! One table per module instance, published through a static pointer so that the UDP receive
 //! hook, which only gets an skb, can find the device a datagram arrived for. The table holds
-//! [`Receiver`]s, which the device layer implements: the arrow runs from `ib/` to the trait,
-//! never back up into `verbs/`. Lookups run with bottom halves disabled (an RCU read-side
+//! [`Receiver`]s, which a device's data-path state implements (`datapath::fabric::Fabric`): the
+//! arrow runs from `datapath/` to the trait, never back up from `ib/`. Lookups run with bottom halves disabled (an RCU read-side
 //! critical section); the owner unpublishes the table and waits for an RCU grace period before
 //! freeing it, so a lookup never sees freed memory.
 

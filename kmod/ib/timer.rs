@@ -145,7 +145,7 @@ impl Timer {
         // callback runs: dropping `T` drops this timer, whose `Drop` waits for the callback
         // (`timer_shutdown_sync`) before the allocation can go. That `T`'s other fields are
         // still alive rests on the `TimerOwner` contract (shut the timer down before dropping
-        // them), which `verbs::qp::QpInner` keeps (`shutdown` in `destroy`; on the create error
+        // them), which `datapath::qp::QpInner` keeps (`shutdown` in `destroy`; on the create error
         // path the timer was never armed).
         let owner = unsafe { &*(ctx as *const T) };
         owner.timer_fired(ID);

@@ -115,7 +115,7 @@ impl Work {
         // function runs: dropping `T` drops the item, whose `Drop` waits for the run
         // (`disable_work_sync`) before the allocation can go. That `T`'s other fields are still
         // alive rests on the `WorkOwner` contract (shut the item down before dropping them),
-        // which `verbs::qp::QpInner` keeps (`shutdown` in `destroy`; on the create error path
+        // which `datapath::qp::QpInner` keeps (`shutdown` in `destroy`; on the create error path
         // the item was never queued).
         let owner = unsafe { &*(ctx as *const T) };
         owner.work_run(ID);

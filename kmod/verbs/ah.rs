@@ -2,11 +2,8 @@
 //! Address handles (UD). A user AH gets a number ([`uapi::CreateAhResp`]) that UD send WQEs
 //! name it by; the data path finds the resolved path through the device's AH table.
 
-use super::{
-    av::{self, Path},
-    device::Rrxe,
-    pd::RrxePd,
-};
+use super::{av, device::Rrxe, pd::RrxePd};
+use crate::datapath::path::{AhInner, Path};
 use crate::ib::{device::Device, objects::AddressVector, udata::Udata};
 use crate::logic::limits as lim;
 use crate::uapi;
@@ -75,11 +72,4 @@ pub(super) fn destroy(dev: &Device<Rrxe>, ah: &RrxeAh, _sleepable: bool) {
     drop(data.fabric.ahs.take(ah.num));
     data.free_ah_num(ah.num);
     data.quota.ah.release();
-}
-
-/// An address handle as the data path sees it.
-pub(crate) struct AhInner {
-    pub(crate) path: Path,
-    /// The PD the AH was created in: a UD WQE may only name an AH of its QP's PD.
-    pub(crate) pd: usize,
 }

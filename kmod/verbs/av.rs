@@ -2,6 +2,7 @@
 //! Address resolution: from an address vector to a checked RoCEv2 path.
 
 use super::device::Rrxe;
+use crate::datapath::path::Path;
 use crate::ib::{bh::irqs_disabled, device::Device, objects::AddressVector};
 
 /// IPv4 TTL / IPv6 hop limit when neither the caller nor a route lookup gave one (the stack's
@@ -9,21 +10,6 @@ use crate::ib::{bh::irqs_disabled, device::Device, objects::AddressVector};
 const DEFAULT_HOP_LIMIT: u8 = 64;
 use crate::logic::roce;
 use kernel::prelude::*;
-
-/// A resolved path: the address vector as given plus what the wire needs.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Path {
-    pub(crate) av: AddressVector,
-    /// The hop limit to send with (the caller's, or the route's when the caller gave 0).
-    pub(crate) hop_limit: u8,
-    /// The UDP source port (0 for UD address handles: chosen per packet from the QPNs).
-    pub(crate) udp_sport: u16,
-    /// The destination is our own source GID: packets skip the network stack.
-    pub(crate) loopback: bool,
-    /// The destination is a multicast group (UD address handles only): members on this device
-    /// get their copy without the network stack, the others through it.
-    pub(crate) multicast: bool,
-}
 
 /// Checks and resolves `av` for our port: a RoCEv2 GID of our netdev as source, a destination
 /// of the same IP family (unicast, or for a UD address handle also a multicast group), and a

@@ -3,7 +3,7 @@
 //! keys, AH numbers) and the data-path fabric. Object files import this, never the dispatch
 //! (`driver.rs`).
 
-use super::{fabric::Fabric, stats::DevStats};
+use crate::datapath::{fabric::Fabric, qp::QpInner, stats::DevStats};
 use crate::ib::{bh::with_bh_disabled, netdev::NetDev};
 use crate::logic::{
     idalloc::{self, IdAlloc},
@@ -149,7 +149,7 @@ impl Ids {
 #[pin_data(PinnedDrop)]
 pub(crate) struct RrxeDev {
     /// The data path's tables and transmit side, shared with the receive path.
-    pub(crate) fabric: Arc<Fabric>,
+    pub(crate) fabric: Arc<Fabric<QpInner>>,
     /// Device-wide data-path counters (`rdma statistic`); the data path holds a clone.
     pub(crate) stats: Arc<DevStats>,
     /// The netdev key the fabric is published under for received packets.

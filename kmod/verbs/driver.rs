@@ -85,7 +85,7 @@ impl IbDriver for Rrxe {
         av: Option<&AddressVector>,
         udata: Option<&Udata>,
     ) -> Result {
-        qp::modify(dev, q, req, av, udata)
+        q.modify(dev, req, av, udata)
     }
 
     fn query_qp(dev: &Device<Self>, q: &Self::Qp) -> Result<QpSnapshot> {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The driver: safe Rust on top of `ib/`, asking `logic/` for every decision.
+//! The driver's verbs: safe Rust on top of `datapath/` and `ib/`, asking `logic/` for every
+//! decision. Each object's verbs create its data-path half, publish it and tear it down.
 
 // The layering rule, enforced: `unsafe` lives in `ib/` only (scripts/check-safety checks the
 // SAFETY comments there).
@@ -10,19 +11,12 @@ mod av;
 mod cq;
 mod device;
 mod driver;
-mod fabric;
 mod link;
-mod loopback;
-mod mcast;
 mod mr;
 mod mw;
 mod pd;
 mod qp;
-mod rx;
 mod srq;
-pub(crate) mod stats;
-mod table;
-mod wq;
 
 pub(crate) use device::Rrxe;
 pub(crate) use link::Links;

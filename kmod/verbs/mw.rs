@@ -3,16 +3,13 @@
 //! `logic::mw`'s; binds run in SQ order in the data path (`qp::env::Ctx::mw_bind`).
 
 use super::{device::Rrxe, pd::RrxePd};
+use crate::datapath::mw::MwInner;
 use crate::ib::{bh::with_bh_disabled, device::Device, udata::Udata};
 use crate::logic::{
     idalloc, limits as lim,
     mw::{MwType, Window},
 };
-use kernel::{
-    new_spinlock,
-    prelude::*,
-    sync::{Arc, SpinLock},
-};
+use kernel::{prelude::*, sync::Arc};
 
 /// A memory window: its key index (the data path's state lives in the device's window table).
 pub(crate) struct RrxeMw {
@@ -63,20 +60,4 @@ pub(super) fn dealloc(dev: &Device<Rrxe>, w: &RrxeMw) {
     }
     data.free_mr_index(w.index);
     data.quota.mw.release();
-}
-
-/// A memory window as the data path sees it: its state, under its lock (taken inside the QP
-/// lock; a table lookup may be made under it).
-#[pin_data]
-pub(crate) struct MwInner {
-    #[pin]
-    pub(crate) win: SpinLock<Window>,
-}
-
-impl MwInner {
-    pub(crate) fn new(win: Window) -> impl PinInit<Self> {
-        pin_init!(MwInner {
-            win <- new_spinlock!(win, "rrxe:mw"),
-        })
-    }
 }

@@ -1,21 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Queue pairs: create, query, destroy and the kernel consumers' posts here; modify (validated
-//! in full before anything is committed) in `modify.rs`; the data-path half in `state.rs`,
-//! its doorbells in `send.rs`, its scheduling and timers in `sched.rs`, and the engine's
-//! environment in `env.rs`.
+//! in full before anything is committed) in `modify.rs`. The QP's data-path half, which these
+//! create, drive and destroy, is `datapath/qp/`.
 
-mod env;
 mod modify;
-mod sched;
-mod send;
-mod state;
 
-use modify::entered_by_data_path;
-pub(super) use modify::modify;
-pub(super) use send::BUDGET;
-pub(crate) use state::{Eng, QpInner, QpParts};
-
-use super::{ah::RrxeAh, av::Path, device::Rrxe, errno, pd::RrxePd};
+use super::{ah::RrxeAh, device::Rrxe, errno, pd::RrxePd};
+use crate::datapath::{
+    path::Path,
+    qp::{Eng, QpInner, QpParts},
+};
 use crate::ib::{
     device::{Device, QpLinks},
     objects::KSendWr,
@@ -207,6 +201,11 @@ fn limits() -> DeviceLimits {
 
 fn port_mtu(dev: &Device<Rrxe>) -> IbMtu {
     port::active_mtu_for_netdev_mtu(dev.netdev().mtu()).unwrap_or(IbMtu::Mtu256)
+}
+
+/// The states the data path enters on its own (a fatal error; a send error on UC/UD).
+fn entered_by_data_path(s: QpState) -> bool {
+    matches!(s, QpState::Err | QpState::Sqe)
 }
 
 pub(super) fn create(

@@ -1,149 +1,142 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! modify_qp: the request validated in full against the QP's current state (the data path's,
 //! where it moved the QP to ERR or SQE on its own) before anything is committed, then applied to
-//! the engine under the QP lock.
+//! the engine under the QP lock by the QP's data-path half (`datapath/qp/state.rs`).
 
-use super::state::{QpInner, Shell};
-use super::{engine_config, limits, port_mtu, QpAttrs, QpFacts, RrxeQp};
-use crate::ib::{bh::with_bh_disabled, device::Device, objects::AddressVector, udata::Udata};
+use super::{engine_config, entered_by_data_path, limits, port_mtu, QpAttrs, QpFacts, RrxeQp};
+use crate::ib::{device::Device, objects::AddressVector, udata::Udata};
 use crate::logic::{
     limits as lim,
     qp_attr::{self, ModifyRequest, PortInfo},
     qp_state::{AttrMask, QpCurrent, QpState},
-    transport as tp,
 };
-use crate::verbs::{
-    av::{self, Path},
-    device::Rrxe,
-    errno,
-    loopback::{deliver, Outbox},
-    wq::{CONS, PROD},
-};
+use crate::verbs::{av, device::Rrxe, errno};
 use kernel::prelude::*;
 
-pub(crate) fn modify(
-    dev: &Device<Rrxe>,
-    qp: &RrxeQp,
-    req: &ModifyRequest,
-    avec: Option<&AddressVector>,
-    udata: Option<&Udata>,
-) -> Result {
-    if let Some(u) = udata {
-        u.expect_no_cmd()?;
-    }
-    let port = PortInfo {
-        pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN),
-        active_mtu: port_mtu(dev),
-    };
-    let mut a = qp.attrs.lock();
-    // Everything is validated before anything is written: a refused modify changes nothing.
-    let v = validate_now(qp, &mut a, req, &port)?;
-    let path = match avec {
-        Some(avec) => {
-            let dqpn = v.dest_qp_num.unwrap_or(a.dest_qp_num);
-            let p = av::resolve(dev, avec, Some((qp.qpn, dqpn)))?;
-            dev.data().fabric.need_wire(&p)?;
-            Some(p)
+impl RrxeQp {
+    /// `modify_qp`: the request is validated, its attributes committed, and the engine's
+    /// configuration, path, PSNs and state applied by the data path ([`QpInner::apply`]).
+    ///
+    /// [`QpInner::apply`]: crate::datapath::qp::QpInner::apply
+    pub(in crate::verbs) fn modify(
+        &self,
+        dev: &Device<Rrxe>,
+        req: &ModifyRequest,
+        avec: Option<&AddressVector>,
+        udata: Option<&Udata>,
+    ) -> Result {
+        if let Some(u) = udata {
+            u.expect_no_cmd()?;
         }
-        None => None,
-    };
-    // Resolving may have slept (route lookup, opening the namespace's socket), and the data path
-    // may have moved the QP to ERR meanwhile: validate again against the state as it is now, so
-    // the transition is the one IBTA allows from there (from ERR: only RESET or ERR). Nothing
-    // sleeps from here to `apply`, and a move the data path makes in between is caught there,
-    // under the QP lock (`QpState::modify_applies`): it is not overwritten.
-    let v = if qp.inner.snapshot().0 != a.state {
-        validate_now(qp, &mut a, req, &port)?
-    } else {
-        v
-    };
-    let from = a.state;
-
-    let srq_sge = if qp.has_srq {
-        qp.inner.srq_max_sge()
-    } else {
-        0
-    };
-    // What the engine's configuration is derived from besides the attributes.
-    let facts = QpFacts {
-        qpn: qp.qpn,
-        qp_type: qp.qp_type,
-        sq_sig_all: qp.sq_sig_all,
-        cap: &qp.cap,
-        has_srq: qp.has_srq,
-        srq_sge,
-        local_ops: qp.kernel,
-    };
-    if v.next_state == QpState::Reset && a.state != QpState::Reset {
-        // Back to RESET: the QP is as created, its queues emptied.
-        *a = QpAttrs::reset();
-        let cfg = engine_config(&facts, &a, port.active_mtu);
-        qp.inner.apply(
-            cfg,
-            None,
-            Some(0),
-            Some(0),
-            Some((QpState::Reset, false)),
-            from,
-            (true, true),
-        );
-        return Ok(());
-    }
-    // Commit every attribute the request carried (validated above).
-    macro_rules! commit {
-        ($($field:ident),* $(,)?) => {$(
-            if let Some(x) = v.$field {
-                a.$field = x;
+        let port = PortInfo {
+            pkey_tbl_len: u32::from(lim::PKEY_TBL_LEN),
+            active_mtu: port_mtu(dev),
+        };
+        let mut a = self.attrs.lock();
+        // Everything is validated before anything is written: a refused modify changes nothing.
+        let v = validate_now(self, &mut a, req, &port)?;
+        let path = match avec {
+            Some(avec) => {
+                let dqpn = v.dest_qp_num.unwrap_or(a.dest_qp_num);
+                let p = av::resolve(dev, avec, Some((self.qpn, dqpn)))?;
+                dev.data().fabric.need_wire(&p)?;
+                Some(p)
             }
-        )*};
-    }
-    commit!(
-        path_mtu,
-        path_mig_state,
-        qkey,
-        dest_qp_num,
-        pkey_index,
-        en_sqd_async_notify,
-        max_rd_atomic,
-        max_dest_rd_atomic,
-        min_rnr_timer,
-        port_num,
-        timeout,
-        retry_cnt,
-        rnr_retry,
-    );
-    if let Some(x) = v.rq_psn {
-        a.rq_psn = x.get();
-    }
-    if let Some(x) = v.sq_psn {
-        a.sq_psn = x.get();
-    }
-    if let Some(x) = v.qp_access_flags {
-        a.access = x;
-    }
-    if path.is_some() {
-        a.path = path;
-    }
-    let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
-        .then_some((v.next_state, a.en_sqd_async_notify));
-    a.state = v.next_state;
-    let cfg = engine_config(&facts, &a, port.active_mtu);
-    // The state the QP is in (the data path's ERR or SQE, if it moved meanwhile).
-    a.state = qp.inner.apply(
-        cfg,
-        path,
-        v.sq_psn.map(|p| p.get()),
-        v.rq_psn.map(|p| p.get()),
-        state_change,
-        from,
-        (v.retry_cnt.is_some(), v.rnr_retry.is_some()),
-    );
-    Ok(())
-}
+            None => None,
+        };
+        // Resolving may have slept (route lookup, opening the namespace's socket), and the data path
+        // may have moved the QP to ERR meanwhile: validate again against the state as it is now, so
+        // the transition is the one IBTA allows from there (from ERR: only RESET or ERR). Nothing
+        // sleeps from here to `apply`, and a move the data path makes in between is caught there,
+        // under the QP lock (`QpState::modify_applies`): it is not overwritten.
+        let v = if self.inner.snapshot().0 != a.state {
+            validate_now(self, &mut a, req, &port)?
+        } else {
+            v
+        };
+        let from = a.state;
 
-/// The states the data path enters on its own (a fatal error; a send error on UC/UD).
-pub(super) fn entered_by_data_path(s: QpState) -> bool {
-    matches!(s, QpState::Err | QpState::Sqe)
+        let srq_sge = if self.has_srq {
+            self.inner.srq_max_sge()
+        } else {
+            0
+        };
+        // What the engine's configuration is derived from besides the attributes.
+        let facts = QpFacts {
+            qpn: self.qpn,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+            cap: &self.cap,
+            has_srq: self.has_srq,
+            srq_sge,
+            local_ops: self.kernel,
+        };
+        if v.next_state == QpState::Reset && a.state != QpState::Reset {
+            // Back to RESET: the QP is as created, its queues emptied.
+            *a = QpAttrs::reset();
+            let cfg = engine_config(&facts, &a, port.active_mtu);
+            self.inner.apply(
+                cfg,
+                None,
+                Some(0),
+                Some(0),
+                Some((QpState::Reset, false)),
+                from,
+                (true, true),
+            );
+            return Ok(());
+        }
+        // Commit every attribute the request carried (validated above).
+        macro_rules! commit {
+            ($($field:ident),* $(,)?) => {$(
+                if let Some(x) = v.$field {
+                    a.$field = x;
+                }
+            )*};
+        }
+        commit!(
+            path_mtu,
+            path_mig_state,
+            qkey,
+            dest_qp_num,
+            pkey_index,
+            en_sqd_async_notify,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+        );
+        if let Some(x) = v.rq_psn {
+            a.rq_psn = x.get();
+        }
+        if let Some(x) = v.sq_psn {
+            a.sq_psn = x.get();
+        }
+        if let Some(x) = v.qp_access_flags {
+            a.access = x;
+        }
+        if path.is_some() {
+            a.path = path;
+        }
+        let state_change = (v.next_state != a.state || v.mask.contains(AttrMask::STATE))
+            .then_some((v.next_state, a.en_sqd_async_notify));
+        a.state = v.next_state;
+        let cfg = engine_config(&facts, &a, port.active_mtu);
+        // The state the QP is in (the data path's ERR or SQE, if it moved meanwhile).
+        a.state = self.inner.apply(
+            cfg,
+            path,
+            v.sq_psn.map(|p| p.get()),
+            v.rq_psn.map(|p| p.get()),
+            state_change,
+            from,
+            (v.retry_cnt.is_some(), v.rnr_retry.is_some()),
+        );
+        Ok(())
+    }
 }
 
 /// Brings `a.state` up to date with the data path (which moves the QP to ERR or SQE on its own)
@@ -166,63 +159,4 @@ fn validate_now(
         sq_draining: a.sq_draining,
     };
     qp_attr::validate(req, &cur, &limits(), port).map_err(|e| errno(e.errno()))
-}
-
-impl QpInner {
-    /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
-    /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
-    /// the validation sticks unless the modify goes to RESET or ERR
-    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
-    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn apply(
-        &self,
-        cfg: tp::Config,
-        path: Option<Path>,
-        sq_psn: Option<u32>,
-        rq_psn: Option<u32>,
-        state: Option<(QpState, bool)>,
-        from: QpState,
-        retries: (bool, bool),
-    ) -> QpState {
-        with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, 0, None);
-            let now = {
-                let mut g = self.st.lock();
-                let d = &mut *g;
-                let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
-                d.eng.set_config(cfg, retries.0, retries.1);
-                if path.is_some() {
-                    d.sh.path = path;
-                }
-                if let Some((QpState::Reset, _)) = state {
-                    Self::discard_rings(&mut d.sh, self);
-                }
-                let mut cx = self.ctx(&mut d.sh, &mut out);
-                if let Some((s, notify)) = state {
-                    d.eng.set_state(&mut cx, s, notify);
-                }
-                d.eng.set_psns(sq_psn, rq_psn);
-                self.finish(cx.sh);
-                d.eng.state()
-            };
-            deliver(&self.fabric, &mut out);
-            now
-        })
-    }
-
-    /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
-    /// again, so a broken one is read again.
-    pub(super) fn discard_rings(sh: &mut Shell, qp: &QpInner) {
-        if let Some((r, _, _)) = &qp.sq {
-            sh.sq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, sh.sq_cons);
-        }
-        if let Some((r, _, _)) = &qp.rq {
-            sh.rq_cons = r.load_acquire(PROD);
-            r.store_release(CONS, sh.rq_cons);
-        }
-        sh.sq_broken = false;
-        sh.rq_broken = false;
-    }
 }

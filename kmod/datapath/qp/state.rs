@@ -1,11 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A QP's data-path half: the engine and the shell's own state under the QP lock, its rings,
-//! CQs, timers and continuation, creation and shutdown, and what `rdma res` and `query_qp`
-//! read of it.
+//! CQs, timers and continuation, creation, a modify's application and shutdown, and what
+//! `rdma res` and `query_qp` read of it.
 //!
 //! Every data-path lock (QP, CQ, SRQ, tables, the loopback buffer pool) is a spinlock taken
 //! with bottom halves disabled. Lock order: QP, then SRQ or CQ, then a table or the pool.
 
+use crate::datapath::{
+    cq::CqInner,
+    fabric::{DcqcnCopy, Fabric},
+    path::Path,
+    rx::deliver,
+    srq::SrqInner,
+    wq::{CONS, PROD},
+};
 use crate::ib::{
     bh::with_bh_disabled, inflight::Gauge, objects::QpRef, ring::SharedRing, timer, work,
 };
@@ -14,14 +22,6 @@ use crate::logic::{
     dcqcn,
     qp_state::QpState,
     transport::{Engine, Resource, SqEntry},
-};
-use crate::verbs::{
-    av::Path,
-    cq::CqInner,
-    fabric::{DcqcnCopy, Fabric},
-    qp::sched::{TIMER_PACE, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
-    srq::SrqInner,
-    wq::PROD,
 };
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -36,6 +36,15 @@ pub(super) const LINE_KBPS: u64 = 10_000_000;
 /// Bytes a paced QP may send at once: about one pacing tick's worth at a few hundred Mb/s
 /// (the pacing timer resumes a held QP on the next jiffy).
 pub(super) const PACE_BURST: u64 = 64 * 1024;
+
+/// The QP's timers: the ids their callbacks get (`sched.rs`).
+pub(super) const TIMER_RNR: u32 = 0;
+
+pub(super) const TIMER_PACE: u32 = 1;
+
+pub(super) const TIMER_RETRY: u32 = 2;
+
+pub(super) const TIMER_REACK: u32 = 3;
 
 /// The engine with kernel storage.
 pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
@@ -53,7 +62,7 @@ pub(super) enum RespTurn {
     /// Nothing of the responder's is waiting for delivery: any context may send.
     Free,
     /// A loopback delivery holds responder packets; it gives the turn back once it has
-    /// delivered them ([`QpInner::resp_delivered`]).
+    /// delivered them (`Receive::resp_delivered`, in `sched.rs`).
     Held,
     /// The continuation has the turn (it is scheduled). On a loopback path only: on the wire,
     /// any context may still send meanwhile (each sends under the QP lock).
@@ -114,7 +123,7 @@ pub(crate) struct OdpFault {
 
 impl Shell {
     /// Brings the device's `rate_limited_qps` gauge in line with `rp` after a step of it.
-    pub(super) fn sync_limited(&mut self, fab: &Fabric) {
+    pub(super) fn sync_limited(&mut self, fab: &Fabric<QpInner>) {
         if self.rp.active != self.limited {
             self.limited = self.rp.active;
             fab.rate_limited(self.limited);
@@ -170,7 +179,7 @@ pub(crate) struct QpInner {
     pub(super) recv_cq: Arc<CqInner>,
     pub(super) srq: Option<Arc<SrqInner>>,
     pub(super) ev: QpRef,
-    pub(super) fabric: Arc<Fabric>,
+    pub(super) fabric: Arc<Fabric<QpInner>>,
 }
 
 /// What a new [`QpInner`] is made of.
@@ -189,7 +198,7 @@ pub(crate) struct QpParts {
     pub(crate) recv_cq: Arc<CqInner>,
     pub(crate) srq: Option<Arc<SrqInner>>,
     pub(crate) ev: QpRef,
-    pub(crate) fabric: Arc<Fabric>,
+    pub(crate) fabric: Arc<Fabric<QpInner>>,
 }
 
 /// A QP's data-path state for `rdma resource show qp -dd`.
@@ -352,5 +361,64 @@ impl QpInner {
                 d.eng.sq_draining(),
             )
         })
+    }
+}
+
+impl QpInner {
+    /// Applies a committed modify_qp, validated while the QP was in `from`, to the engine:
+    /// configuration, path, PSNs and state. A move to ERR or SQE that the data path made since
+    /// the validation sticks unless the modify goes to RESET or ERR
+    /// ([`QpState::modify_applies`], decided under the QP lock). `retries`: the modify set
+    /// `retry_cnt`, `rnr_retry` (the counters in use start over). Returns the QP's state after.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &self,
+        cfg: tp::Config,
+        path: Option<Path>,
+        sq_psn: Option<u32>,
+        rq_psn: Option<u32>,
+        state: Option<(QpState, bool)>,
+        from: QpState,
+        retries: (bool, bool),
+    ) -> QpState {
+        with_bh_disabled(|| {
+            let mut out = self.fabric.outbox(0, None);
+            let now = {
+                let mut g = self.st.lock();
+                let d = &mut *g;
+                let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
+                d.eng.set_config(cfg, retries.0, retries.1);
+                if path.is_some() {
+                    d.sh.path = path;
+                }
+                if let Some((QpState::Reset, _)) = state {
+                    Self::discard_rings(&mut d.sh, self);
+                }
+                let mut cx = self.ctx(&mut d.sh, &mut out);
+                if let Some((s, notify)) = state {
+                    d.eng.set_state(&mut cx, s, notify);
+                }
+                d.eng.set_psns(sq_psn, rq_psn);
+                self.finish(cx.sh);
+                d.eng.state()
+            };
+            deliver(&self.fabric, &mut out);
+            now
+        })
+    }
+
+    /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
+    /// again, so a broken one is read again.
+    pub(super) fn discard_rings(sh: &mut Shell, qp: &QpInner) {
+        if let Some((r, _, _)) = &qp.sq {
+            sh.sq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.sq_cons);
+        }
+        if let Some((r, _, _)) = &qp.rq {
+            sh.rq_cons = r.load_acquire(PROD);
+            r.store_release(CONS, sh.rq_cons);
+        }
+        sh.sq_broken = false;
+        sh.rq_broken = false;
     }
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Multicast (UD): attach and detach, the netdev's link-layer filter, and the receive fan-out.
+//! Multicast (UD): attach and detach, the netdev's link-layer filter, and the groups' members
+//! for the receive fan-out (`rx.rs`).
 //!
 //! ib_core has checked a QP is UD and a GID multicast before `attach_mcast`, and holds the QP
 //! (`usecnt`) while it is attached, so a QP cannot be destroyed with a group still naming it.
@@ -16,10 +17,8 @@
 //! rdma_rxe. What the driver adds is the Ethernet filter (`dev_mc_add` of the group's MAC),
 //! held while the group has members.
 
-use super::fabric::Fabric;
 use crate::ib::{bh::with_bh_disabled, netdev::NetDevRef};
 use crate::logic::mcast::{self, Change, Group, McastError, Table, GROUP_QPS};
-use crate::logic::stats::Stat;
 use kernel::{new_mutex, new_spinlock, prelude::*, sync::Mutex, sync::SpinLock};
 
 /// The device's multicast groups.
@@ -36,7 +35,7 @@ pub(crate) struct Mcast {
 }
 
 fn errno_of(e: McastError) -> Error {
-    super::errno(e.errno())
+    crate::ib::errno(e.errno())
 }
 
 impl Mcast {
@@ -98,8 +97,9 @@ impl Mcast {
         with_bh_disabled(|| self.table.lock().has_group(gid))
     }
 
-    /// The QPs attached to `gid`, copied into `out`; returns how many.
-    fn members(&self, gid: &[u8; 16], out: &mut [u32; GROUP_QPS]) -> usize {
+    /// The QPs attached to `gid`, copied into `out`; returns how many (receive path, bottom
+    /// halves disabled).
+    pub(super) fn members(&self, gid: &[u8; 16], out: &mut [u32; GROUP_QPS]) -> usize {
         self.table.lock().members(gid, out)
     }
 }
@@ -118,20 +118,5 @@ impl PinnedDrop for Mcast {
                 self.netdev.mc_del(&mac);
             }
         }
-    }
-}
-
-/// Delivers a packet sent to the multicast QPN to every QP attached to its destination group
-/// (receive path, bottom halves disabled). The members are copied out first, so no QP lock is
-/// taken under the table lock.
-pub(crate) fn fan_out(fabric: &Fabric, dgid: &[u8; 16], mut each: impl FnMut(u32)) {
-    let mut qpns = [0u32; GROUP_QPS];
-    let n = fabric.mcast.members(dgid, &mut qpns);
-    if n == 0 {
-        fabric.stats.add(Stat::RxUnknownQp, 1);
-        return;
-    }
-    for &q in qpns.iter().take(n) {
-        each(q);
     }
 }

@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Loopback delivery. Packets to our own GID never touch the network stack: they are delivered
+//! The loopback queue. Packets to our own GID never touch the network stack: they are delivered
 //! in the sender's context from a fixed-capacity local queue (an [`Outbox`]: no recursion, no
-//! workqueue hop, no allocation), with buffers lent from the device's pool.
+//! workqueue hop, no allocation), with buffers lent from the device's pool; the receive dispatch
+//! delivers them (`rx::deliver`).
 //!
 //! Every context bounds its work: a delivery may generate at most a budget of "bulk" packets
 //! (requester packets and READ responses; ACKs are not bulk and each packet delivered yields at
 //! most one), and its queue pushes back ([`Emit::Congested`]) when it fills. What a delivery
 //! leaves undone is resumed by the QP's continuation (see `qp/sched.rs`).
+//!
+//! [`Emit::Congested`]: crate::logic::transport::Emit::Congested
 
-use crate::logic::transport as tp;
-use crate::logic::{iphdr, stats::Stat, transport::RxInfo};
-use crate::verbs::{
-    av::Path,
-    fabric::Fabric,
-    qp::QpInner,
-    rx::{rx_packet, RX_BULK},
-};
+use crate::logic::transport::{self as tp, RxInfo};
 use kernel::prelude::*;
 use kernel::sync::SpinLock;
+
+/// Packets one run of a QP's requester sends at most (a doorbell pass before the SQ lock is
+/// released, a timer's run, a round of the continuation).
+pub(super) const BUDGET: u32 = 64;
+
+/// Bulk packets one packet from the wire may trigger (an ACK opening the window).
+pub(super) const RX_BULK: u32 = 4 * BUDGET;
 
 /// Loopback packets one delivery holds at most.
 pub(super) const OUT_CAP: usize = 32;
@@ -28,9 +31,6 @@ pub(super) const HELD_MAX: usize = 8;
 /// Queue length from which [`Env::emit`] pushes back (the rest is room for ACKs: every packet
 /// delivered yields at most one, and bulk stops here).
 pub(super) const OUT_HIGH: usize = 24;
-
-/// Packets one delivery processes at most (a safety net: the budgets above end it sooner).
-pub(super) const DELIVER_MAX: u32 = 8 * (RX_BULK + OUT_CAP as u32);
 
 /// Loopback packet buffers per device, shared by the deliveries in progress.
 pub(super) const POOL_BUFS: usize = 64;
@@ -54,6 +54,18 @@ pub(super) struct Pool {
 }
 
 impl Pool {
+    /// [`POOL_BUFS`] free buffers.
+    pub(super) fn new() -> Result<Self> {
+        let mut bufs = KVec::with_capacity(POOL_BUFS, GFP_KERNEL)?;
+        for _ in 0..POOL_BUFS {
+            bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
+        }
+        Ok(Pool {
+            bufs,
+            free: POOL_BUFS,
+        })
+    }
+
     pub(super) fn take(&mut self) -> Option<KVec<u8>> {
         let i = self.free.checked_sub(1)?;
         let b = self.bufs[i].take()?;
@@ -95,22 +107,23 @@ pub(crate) struct Outbox<'f> {
 }
 
 impl<'f> Outbox<'f> {
-    pub(super) fn new(fabric: &'f Fabric, bulk: u32, driver: Option<&QpInner>) -> Self {
+    /// An empty queue lending from `pool`; `driver`: the QP whose doorbell drives this delivery.
+    pub(super) fn new<Q>(pool: &'f SpinLock<Pool>, bulk: u32, driver: Option<&Q>) -> Self {
         Outbox {
-            pool: &fabric.pool,
+            pool,
             q: [const { None }; OUT_CAP],
             head: 0,
             len: 0,
             bulk,
-            driver: driver.map_or(0, |q| q as *const QpInner as usize),
+            driver: driver.map_or(0, |q| q as *const Q as usize),
             driver_go: false,
             held: [0; HELD_MAX],
             nheld: 0,
         }
     }
 
-    pub(super) fn drives(&self, qp: &QpInner) -> bool {
-        self.driver == qp as *const QpInner as usize
+    pub(super) fn drives<Q>(&self, qp: &Q) -> bool {
+        self.driver == qp as *const Q as usize
     }
 
     /// Bulk packets that may be generated now: none once the queue reached its high mark.
@@ -167,6 +180,7 @@ impl<'f> Outbox<'f> {
         Some(self.len >= OUT_HIGH)
     }
 
+    /// The next queued buffer; [`unpack`] reads it.
     pub(super) fn pop(&mut self) -> Option<KVec<u8>> {
         if self.len == 0 {
             return None;
@@ -193,56 +207,15 @@ impl Drop for Outbox<'_> {
     }
 }
 
-/// Delivers queued loopback packets (and those their processing queues) to `fabric`'s QPs.
-pub(super) fn deliver(fabric: &Fabric, out: &mut Outbox<'_>) {
-    let mut n = 0u32;
-    loop {
-        deliver_queue(fabric, out, &mut n);
-        // Delivered: the responders whose output this was get their turn back (and may queue
-        // more, within the budget).
-        let Some(qpn) = out.unhold() else { break };
-        if let Some(qp) = fabric.qps.get(qpn) {
-            qp.resp_delivered(out);
-        }
-    }
-}
-
-/// Processes the queue until it is empty (`n`: packets this delivery processed so far).
-pub(super) fn deliver_queue(fabric: &Fabric, out: &mut Outbox<'_>, n: &mut u32) {
-    while let Some(buf) = out.pop() {
-        *n += 1;
-        if *n > DELIVER_MAX {
-            fabric.stats.add(Stat::TxDrops, 1);
-        } else {
-            let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]])).min(BUF_LEN - META);
-            let mut grh = [0u8; tp::GRH_LEN];
-            grh.copy_from_slice(&buf[META_GRH..META_SRC]);
-            let mut src = [0u8; 16];
-            src.copy_from_slice(&buf[META_SRC..META_DST]);
-            let mut dst = [0u8; 16];
-            dst.copy_from_slice(&buf[META_DST..META_DST + 16]);
-            rx_packet(
-                fabric,
-                &buf[META..META + len],
-                &RxInfo { grh, src, dst },
-                false,
-                out,
-            );
-        }
-        out.release(buf);
-    }
-}
-
-/// The GRH of a packet that went from `path`'s destination back to us (loopback: both ends are
-/// our own GID).
-pub(super) fn loopback_grh(p: &Path, len: usize) -> [u8; tp::GRH_LEN] {
-    let sgid = p.av.sgid.map(|s| s.gid).unwrap_or(p.av.dgid);
-    iphdr::grh(
-        sgid,
-        p.av.dgid,
-        p.av.traffic_class,
-        p.hop_limit,
-        p.av.flow_label,
-        len,
-    )
+/// The packet in a buffer [`Outbox::pop`] gave, and what its receiver is told of it (the GRH
+/// and the GIDs [`Outbox::push`] stored with it).
+pub(super) fn unpack(buf: &[u8]) -> (&[u8], RxInfo) {
+    let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]])).min(BUF_LEN - META);
+    let mut grh = [0u8; tp::GRH_LEN];
+    grh.copy_from_slice(&buf[META_GRH..META_SRC]);
+    let mut src = [0u8; 16];
+    src.copy_from_slice(&buf[META_SRC..META_DST]);
+    let mut dst = [0u8; 16];
+    dst.copy_from_slice(&buf[META_DST..META_DST + 16]);
+    (&buf[META..META + len], RxInfo { grh, src, dst })
 }

@@ -2,6 +2,12 @@
 //! The engine's environment for one QP ([`Env`]): memory access through MR keys, the wire and
 //! loopback, completions, events, receive WQEs and timers.
 
+use crate::datapath::{
+    loopback::Outbox,
+    mr::{MrMem, MrView},
+    qp::state::{OdpFault, QpInner, Shell, PACE_BURST},
+    wq::{take_from_ring, CONS},
+};
 use crate::ib::{bh::with_bh_disabled, objects::QpEvent, timer, udp::XmitError};
 use crate::logic::transport as tp;
 use crate::logic::{
@@ -12,12 +18,6 @@ use crate::logic::{
     transport::{Access, AtomicOp, CqSel, Dest, Emit, Env, Event, MemError, RecvTake, RecvWr},
 };
 use crate::uapi::Cqe;
-use crate::verbs::{
-    loopback::{loopback_grh, Outbox},
-    mr::{MrMem, MrView},
-    qp::state::{OdpFault, QpInner, Shell, PACE_BURST},
-    wq::{take_from_ring, CONS},
-};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
@@ -414,7 +414,7 @@ impl Env for Ctx<'_, '_> {
         let mut sent = Emit::Sent;
         if path.loopback || (path.multicast && fab.mcast.has_members(&path.av.dgid)) {
             let src = path.av.sgid.map(|s| s.gid).unwrap_or(path.av.dgid);
-            let grh = loopback_grh(&path, pkt.len());
+            let grh = path.loopback_grh(pkt.len());
             match self.out.push(pkt, &grh, src, path.av.dgid) {
                 Some(true) => sent = Emit::Congested,
                 Some(false) => {}

@@ -4,6 +4,15 @@
 //! `cond_resched()` between passes; a kernel consumer's never sleeps and leaves the rest to the
 //! continuation. Also the kernel consumers' producers of the SQ and RQ rings.
 
+use crate::datapath::{
+    loopback::{Outbox, BUDGET},
+    qp::{
+        env::Ctx,
+        state::{Eng, QpInner},
+    },
+    rx::deliver,
+    wq::{write_recv_slot, CONS, FLAGS, HDR, PROD},
+};
 use crate::ib::{
     bh::{self, with_bh_disabled},
     objects::QpEvent,
@@ -13,22 +22,11 @@ use crate::logic::qp_state::QpState;
 use crate::logic::transport as tp;
 use crate::uapi;
 use crate::uapi::{SendWqe, Sge};
-use crate::verbs::{
-    loopback::{deliver, Outbox},
-    qp::{
-        env::Ctx,
-        state::{Eng, QpInner},
-    },
-    wq::{write_recv_slot, CONS, FLAGS, HDR, PROD},
-};
 use core::{
     mem::{size_of, size_of_val},
     sync::atomic::{fence, Ordering},
 };
 use kernel::prelude::*;
-
-/// Packets a doorbell pass may send before the SQ lock is released.
-pub(in crate::verbs) const BUDGET: u32 = 64;
 
 /// Passes one doorbell makes at most (then the continuation takes over).
 pub(super) const MAX_PASSES: u32 = 1 << 16;
@@ -147,7 +145,7 @@ impl QpInner {
         for _ in 0..MAX_PASSES {
             ring.store_release(FLAGS, uapi::SQ_FLAG_KERNEL_BUSY);
             let end = with_bh_disabled(|| {
-                let mut out = Outbox::new(&self.fabric, DOORBELL_BULK, Some(self));
+                let mut out = self.fabric.outbox(DOORBELL_BULK, Some(self));
                 let end = self.pass(&mut out);
                 deliver(&self.fabric, &mut out);
                 // An ACK delivered to us opened the window: the next pass sends.
@@ -244,7 +242,7 @@ impl QpInner {
     /// Completes what was posted to a QP in ERR (nothing in other states).
     pub(super) fn flush_if_err_now(&self) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, 0, None);
+            let mut out = self.fabric.outbox(0, None);
             {
                 let mut g = self.st.lock();
                 let d = &mut *g;
@@ -270,7 +268,7 @@ impl QpInner {
         }
         for _ in 0..KERNEL_PASSES {
             let end = with_bh_disabled(|| {
-                let mut out = Outbox::new(&self.fabric, DOORBELL_BULK, Some(self));
+                let mut out = self.fabric.outbox(DOORBELL_BULK, Some(self));
                 let end = self.pass(&mut out);
                 deliver(&self.fabric, &mut out);
                 if end == PassEnd::Idle && out.driver_go {

@@ -1,10 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The per-device data-path state: the QP, MR and AH tables, the loopback buffer pool, the
-//! RoCEv2 socket and the multicast groups, shared with the receive path.
+//! The per-device data-path state: the QP, MR, window and AH tables, the loopback buffer pool,
+//! the RoCEv2 socket and the multicast groups, shared with the receive path.
+//!
+//! A QP holds its device's fabric, and the fabric's QP table holds QPs: the table's entry type
+//! is a parameter (`Q`, the QP's data-path half, which the receive dispatch reaches through
+//! `rx::Receive`), so that this file, below the QP, never names it.
 
+use crate::datapath::{
+    loopback::{Outbox, Pool},
+    mcast::Mcast,
+    mr::MrInner,
+    mw::MwInner,
+    path::{AhInner, Path},
+    stats::DevStats,
+    table::Table,
+};
 use crate::ib::{
     bh::with_bh_disabled,
-    inflight::Gauge,
+    inflight::{Gauge, TxWaker},
     netdev::NetDev,
     udp::{LazyUdp, TxPath, XmitError},
 };
@@ -14,17 +27,6 @@ use crate::logic::{
     mw::{self, MrRef},
     roce, wire,
 };
-use crate::verbs::{
-    ah::AhInner,
-    av::Path,
-    loopback::{Pool, BUF_LEN, POOL_BUFS},
-    mcast::Mcast,
-    mr::MrInner,
-    mw::MwInner,
-    qp::QpInner,
-    stats::DevStats,
-    table::Table,
-};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::{
@@ -32,11 +34,11 @@ use kernel::{
     sync::{Arc, SpinLock},
 };
 
-/// Per-device data-path state, shared with the receive path.
+/// Per-device data-path state, shared with the receive path; `Q` is the QP table's entry.
 #[pin_data]
-pub(crate) struct Fabric {
+pub(crate) struct Fabric<Q> {
     #[pin]
-    pub(crate) qps: Table<QpInner>,
+    pub(crate) qps: Table<Q>,
     #[pin]
     pub(crate) mrs: Table<MrInner>,
     #[pin]
@@ -45,8 +47,8 @@ pub(crate) struct Fabric {
     /// so an index is in one table at most).
     #[pin]
     pub(crate) mws: Table<MwInner>,
-    /// The next QP identity ([`QpInner`]'s `serial`): what a type-2 window is tied to (a QP
-    /// number is reused, this never).
+    /// The next QP identity (`QpInner::serial`): what a type-2 window is tied to (a QP number
+    /// is reused, this never).
     pub(crate) qp_serial: AtomicU64,
     /// Device-wide data-path counters (`rdma statistic`).
     pub(crate) stats: Arc<DevStats>,
@@ -64,7 +66,7 @@ pub(crate) struct Fabric {
     pub(crate) ecn: AtomicBool,
     /// QPs react to CNPs: rate cuts, and RC requests paced to the rate.
     pub(crate) cc: AtomicBool,
-    /// Free loopback packet buffers ([`POOL_BUFS`] in all, lent to deliveries).
+    /// Free loopback packet buffers (`loopback::POOL_BUFS` in all, lent to deliveries).
     #[pin]
     pub(super) pool: SpinLock<Pool>,
     /// The RoCEv2 socket of the netdev's namespace, opened on first use.
@@ -75,7 +77,7 @@ pub(crate) struct Fabric {
     pub(crate) mcast: Mcast,
 }
 
-impl Fabric {
+impl<Q: Send + Sync> Fabric<Q> {
     pub(crate) fn new(netdev: &NetDev, stats: Arc<DevStats>) -> Result<impl PinInit<Self, Error>> {
         let (q, m, a, w) = (
             Table::new(crate::logic::limits::MAX_QP + 64)?,
@@ -85,14 +87,7 @@ impl Fabric {
         );
         let udp = LazyUdp::new(netdev);
         let mcast = Mcast::new(crate::ib::netdev::NetDevRef::new(netdev));
-        let mut bufs = KVec::with_capacity(POOL_BUFS, GFP_KERNEL)?;
-        for _ in 0..POOL_BUFS {
-            bufs.push(Some(KVec::from_elem(0u8, BUF_LEN, GFP_KERNEL)?), GFP_KERNEL)?;
-        }
-        let bufs = Pool {
-            bufs,
-            free: POOL_BUFS,
-        };
+        let bufs = Pool::new()?;
         Ok(try_pin_init!(Fabric {
             qps <- q,
             mrs <- m,
@@ -109,6 +104,12 @@ impl Fabric {
             udp <- udp,
             mcast <- mcast,
         }? Error))
+    }
+
+    /// An empty loopback queue for a delivery that may generate `bulk` bulk packets, driven by
+    /// the doorbell of QP `driver` if any.
+    pub(super) fn outbox(&self, bulk: u32, driver: Option<&Q>) -> Outbox<'_> {
+        Outbox::new(&self.pool, bulk, driver)
     }
 
     /// Opens the UDP socket if a path needs the wire (process context). `EADDRINUSE` when
@@ -204,12 +205,12 @@ impl Fabric {
 
     /// Sends a packet on the wire; `false` when it was not sent (no source GID, or the stack
     /// refused or dropped it).
-    pub(super) fn send(
+    pub(super) fn send<T: TxWaker>(
         &self,
         path: &Path,
         sport: u16,
         pkt: &[u8],
-        gauge: &Arc<Gauge<QpInner>>,
+        gauge: &Arc<Gauge<T>>,
     ) -> Result<(), XmitError> {
         let Some(sgid) = path.av.sgid.map(|s| s.gid) else {
             return Err(XmitError::Failed(EINVAL));

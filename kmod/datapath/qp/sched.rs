@@ -5,6 +5,14 @@
 //! an exhausted loopback pool) stopped resumes from the pacing timer one jiffy later, so that a
 //! congested path paces itself. Also the responder's turn ([`RespTurn`]) and the timers.
 
+use crate::datapath::{
+    loopback::{Outbox, BUDGET, OUT_HIGH},
+    qp::{
+        env::Ctx,
+        state::{Eng, QpInner, RespTurn, Shell, TIMER_REACK, TIMER_RETRY, TIMER_RNR},
+    },
+    rx::{deliver, Receive},
+};
 use crate::ib::{
     bh::with_bh_disabled,
     inflight::{self, TxWaker},
@@ -17,14 +25,6 @@ use crate::logic::{
     stats::Stat,
     transport::{Dest, Env, RxInfo},
     wire::{self, Packet},
-};
-use crate::verbs::{
-    loopback::{deliver, Outbox, OUT_HIGH},
-    qp::{
-        env::Ctx,
-        send::BUDGET,
-        state::{Eng, QpInner, RespTurn, Shell},
-    },
 };
 use core::sync::atomic::Ordering;
 
@@ -147,30 +147,13 @@ impl QpInner {
         }
     }
 
-    /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is
-    /// free again, and this delivery goes on answering within its budget.
-    pub(in crate::verbs) fn resp_delivered(&self, out: &mut Outbox<'_>) {
-        let mut g = self.st.lock();
-        let d = &mut *g;
-        if d.sh.resp != RespTurn::Held {
-            return;
-        }
-        d.sh.resp = RespTurn::Free;
-        if d.sh.closed {
-            return;
-        }
-        let mut cx = self.ctx(&mut d.sh, out);
-        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
-        self.finish(cx.sh);
-    }
-
     /// The continuation (the work item; the pacing timer queues it): bounded rounds of
     /// responder and requester, each followed by local delivery; scheduled again while work is
     /// left. A round that could send nothing at all waits for the next tick rather than spin.
     /// The work item never runs twice at once, so a round owns [`RespTurn::Cont`].
     pub(super) fn resume(&self) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, RESUME_BULK, None);
+            let mut out = self.fabric.outbox(RESUME_BULK, None);
             for round in 0..RESUME_ROUNDS {
                 let again = {
                     let mut g = self.st.lock();
@@ -206,40 +189,6 @@ impl QpInner {
         });
     }
 
-    /// Handles a packet for this QP (bottom halves disabled).
-    /// Handles a packet for this QP (bottom halves disabled). `ce`: it arrived marked
-    /// Congestion Experienced, so a connected QP answers its sender with a CNP (at most one
-    /// per `np_min_time_between_cnps`).
-    pub(in crate::verbs) fn rx(
-        &self,
-        pkt: &Packet<'_>,
-        info: &RxInfo,
-        ce: bool,
-        out: &mut Outbox<'_>,
-    ) {
-        let mut g = self.st.lock();
-        let d = &mut *g;
-        if d.sh.closed {
-            return;
-        }
-        let mut cx = self.ctx(&mut d.sh, out);
-        if ce {
-            self.notify_congestion(&d.eng, &mut cx);
-        }
-        let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
-        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
-        if go {
-            if cx.out.drives(self) {
-                // Our own doorbell delivers this: its next pass sends.
-                cx.out.driver_go = true;
-            } else {
-                self.pull_sq(&mut d.eng, &mut cx);
-                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET * 4);
-            }
-        }
-        self.finish(cx.sh);
-    }
-
     /// The notification point: a CE-marked packet arrived for this QP.
     fn notify_congestion(&self, eng: &Eng, cx: &mut Ctx<'_, '_>) {
         let fab = &self.fabric;
@@ -262,31 +211,6 @@ impl QpInner {
         }
     }
 
-    /// The reaction point: a CNP for this QP arrived from `src` (bottom halves disabled). Only
-    /// the connected peer's CNPs count: anyone else's would let a stranger slow the QP down.
-    pub(in crate::verbs) fn on_cnp(&self, src: &[u8; 16]) {
-        let fab = &self.fabric;
-        if !fab.cc.load(Ordering::Relaxed) {
-            return;
-        }
-        // A CNP is rare next to packets: the QP takes a fresh copy of the settings with it
-        // (the generation read first, so a write racing with this is caught next time).
-        let gen = fab.dcqcn_gen.load(Ordering::Acquire);
-        let mut g = self.st.lock();
-        if g.sh.closed || !matches!(g.eng.config().peer, Some(p) if p.remote == *src) {
-            return;
-        }
-        let sh = &mut g.sh;
-        fab.dcqcn_reload(&mut sh.dc, gen);
-        let p = sh.dc.settings.params;
-        let now = timer::now_us();
-        sh.rp.tick(&p, now);
-        if sh.rp.on_cnp(&p, now) {
-            fab.stats.add(Stat::RateCuts, 1);
-        }
-        sh.sync_limited(fab);
-    }
-
     /// A timer's run: `f` on the engine under the QP lock with bottom halves disabled, then
     /// local delivery of what it queued (at most `bulk` bulk packets).
     pub(super) fn on_timer(
@@ -295,7 +219,7 @@ impl QpInner {
         f: impl FnOnce(&mut Eng, &mut [u8], &mut Ctx<'_, '_>),
     ) {
         with_bh_disabled(|| {
-            let mut out = Outbox::new(&self.fabric, bulk, None);
+            let mut out = self.fabric.outbox(bulk, None);
             {
                 let mut g = self.st.lock();
                 let d = &mut *g;
@@ -335,13 +259,77 @@ impl QpInner {
     }
 }
 
-pub(super) const TIMER_RNR: u32 = 0;
+/// The receive dispatch's way to the QP (`rx.rs`).
+impl Receive for QpInner {
+    /// Handles a packet for this QP (bottom halves disabled). `ce`: it arrived marked
+    /// Congestion Experienced, so a connected QP answers its sender with a CNP (at most one
+    /// per `np_min_time_between_cnps`).
+    fn rx(&self, pkt: &Packet<'_>, info: &RxInfo, ce: bool, out: &mut Outbox<'_>) {
+        let mut g = self.st.lock();
+        let d = &mut *g;
+        if d.sh.closed {
+            return;
+        }
+        let mut cx = self.ctx(&mut d.sh, out);
+        if ce {
+            self.notify_congestion(&d.eng, &mut cx);
+        }
+        let go = d.eng.rx(&mut cx, &mut d.scratch, pkt, info);
+        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
+        if go {
+            if cx.out.drives(self) {
+                // Our own doorbell delivers this: its next pass sends.
+                cx.out.driver_go = true;
+            } else {
+                self.pull_sq(&mut d.eng, &mut cx);
+                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET * 4);
+            }
+        }
+        self.finish(cx.sh);
+    }
 
-pub(super) const TIMER_PACE: u32 = 1;
+    /// The reaction point: a CNP for this QP arrived from `src` (bottom halves disabled). Only
+    /// the connected peer's CNPs count: anyone else's would let a stranger slow the QP down.
+    fn on_cnp(&self, src: &[u8; 16]) {
+        let fab = &self.fabric;
+        if !fab.cc.load(Ordering::Relaxed) {
+            return;
+        }
+        // A CNP is rare next to packets: the QP takes a fresh copy of the settings with it
+        // (the generation read first, so a write racing with this is caught next time).
+        let gen = fab.dcqcn_gen.load(Ordering::Acquire);
+        let mut g = self.st.lock();
+        if g.sh.closed || !matches!(g.eng.config().peer, Some(p) if p.remote == *src) {
+            return;
+        }
+        let sh = &mut g.sh;
+        fab.dcqcn_reload(&mut sh.dc, gen);
+        let p = sh.dc.settings.params;
+        let now = timer::now_us();
+        sh.rp.tick(&p, now);
+        if sh.rp.on_cnp(&p, now) {
+            fab.stats.add(Stat::RateCuts, 1);
+        }
+        sh.sync_limited(fab);
+    }
 
-pub(super) const TIMER_RETRY: u32 = 2;
-
-pub(super) const TIMER_REACK: u32 = 3;
+    /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is
+    /// free again, and this delivery goes on answering within its budget.
+    fn resp_delivered(&self, out: &mut Outbox<'_>) {
+        let mut g = self.st.lock();
+        let d = &mut *g;
+        if d.sh.resp != RespTurn::Held {
+            return;
+        }
+        d.sh.resp = RespTurn::Free;
+        if d.sh.closed {
+            return;
+        }
+        let mut cx = self.ctx(&mut d.sh, out);
+        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
+        self.finish(cx.sh);
+    }
+}
 
 impl TxWaker for QpInner {
     fn tx_room(&self) {
