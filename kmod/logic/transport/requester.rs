@@ -3,8 +3,8 @@
 //! when the completer or the timer (`timer.rs`) says packets were lost.
 
 use super::{
-    ahead::ReadAhead, opcode, selective::PeerMode, timer::Probe, transport_of, wc_status, wqe,
-    Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, RC_WINDOW,
+    ahead::ReadAhead, opcode, selective::PeerMode, transport_of, wc_status, wqe, Config, Dest,
+    Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -121,6 +121,24 @@ pub(super) const MIN_SSTHRESH: u32 = 8;
 
 /// Congestion avoidance opens the window by this many packets per window acknowledged.
 pub(super) const CWND_AI: u32 = 2;
+
+/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
+/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
+/// window of READs makes such a peer answer every READ again before the response we wait
+/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
+/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
+/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
+/// makes progress, the requester returns to where it was and lets the rest of the window answer
+/// for itself.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Probe {
+    /// The WR sent again: the requester does not go past it until progress.
+    pub(super) idx: u32,
+    /// Where the requester stood when the timer fired.
+    pub(super) next: u32,
+    pub(super) cur_pkt: u32,
+    pub(super) psn: Psn,
+}
 
 impl Requester {
     pub(super) fn new(cfg: &Config) -> Self {

@@ -4,12 +4,11 @@
 //! passed over, a timeout that spends a retry), the timeout's probe and the undo of a
 //! spurious timeout (docs/reliability.md).
 
-use super::ACK_POLL_US;
-use super::{requester::Requester, wc_status, Engine, Env, Resource, SqEntry, Stat, WrKind};
-use crate::logic::{
-    psn::Psn,
-    qp_state::{QpState, QpType},
+use super::{
+    requester::{Probe, Requester},
+    wc_status, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_POLL_US,
 };
+use crate::logic::qp_state::{QpState, QpType};
 use core::ops::DerefMut;
 
 /// The retransmit timer never fires sooner than this after progress (RFC 6298 says 1 s for
@@ -29,24 +28,6 @@ pub(super) const BUSY_WAITS: u8 = 8;
 
 /// ACK polls in a row that packets still in transit may put off (each by [`ACK_POLL_US`]).
 pub(super) const POLL_WAITS: u8 = 4;
-
-/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
-/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
-/// window of READs makes such a peer answer every READ again before the response we wait
-/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
-/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
-/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
-/// makes progress, the requester returns to where it was and lets the rest of the window answer
-/// for itself.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Probe {
-    /// The WR sent again: the requester does not go past it until progress.
-    pub(super) idx: u32,
-    /// Where the requester stood when the timer fired.
-    pub(super) next: u32,
-    pub(super) cur_pkt: u32,
-    pub(super) psn: Psn,
-}
 
 impl Requester {
     /// The retransmission timeout the round-trip estimate gives (RFC 6298: SRTT + max(G,
