@@ -107,8 +107,9 @@ pub enum Stat {
     /// Requester: single packets sent again on a sequence NAK to a peer that places
     /// out-of-order WRITE packets, instead of going back N.
     SelectiveResends,
-    /// Requester: retransmission timeouts that proved spurious (an acknowledgement came for a
-    /// packet the timeout's probe had not sent again); the window they closed was given back.
+    /// Requester: retransmission timeouts that proved spurious (two acknowledgements in a row
+    /// of packets the timeout's probe had not sent again); the window they closed went back to
+    /// half of what was in flight.
     SpuriousTimeouts,
     /// Accesses that met a page of an on-demand-paging MR that was not present (the fault is
     /// taken in process context; RC requests are answered with an RNR NAK, the requester's

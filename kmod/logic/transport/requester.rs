@@ -63,10 +63,8 @@ pub(super) struct Requester {
     /// it confirms the guess; a timeout before one disproves it, and that timeout goes back N
     /// in full.
     pub(super) guess: Option<Psn>,
-    /// After the first timeout of an episode: the first PSN its probe did not send again. An
-    /// acknowledgement past it shows the timeout was spurious
-    /// ([`Engine::undo_spurious_timeout`](super::Engine)).
-    pub(super) undo: Option<Psn>,
+    /// After the first timeout of an episode: what tells whether it was spurious ([`Undo`]).
+    pub(super) undo: Option<Undo>,
     /// Answers came since the last expiry, none of them progress (duplicate ACKs, READ
     /// responses we already have or that lie past a gap): the peer is busy with older
     /// requests of ours, not deaf. See [`Engine::retry_timer_expired`].
@@ -111,8 +109,6 @@ pub(super) struct Requester {
     /// The packets last sent again alone (first PSN, PSN after the last), until the answer
     /// that tells what the peer did with them.
     pub(super) sel_sent: Option<(Psn, Psn)>,
-    /// Answers in a row that only a go-back-N peer would give ([`super::selective::PLACES_GBN_VOTES`]).
-    pub(super) gbn_votes: u8,
 }
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
@@ -138,6 +134,23 @@ pub(super) struct Probe {
     pub(super) next: u32,
     pub(super) cur_pkt: u32,
     pub(super) psn: Psn,
+}
+
+/// What tells a spurious timeout from a loss (RFC 5682's F-RTO detection, section 2.1). The
+/// probe resends what lies before `proof`. A first acknowledgement past `proof` but short of
+/// `high` (everything sent before the timeout) is noted in `first`; a second one past it, with
+/// nothing resent in between (any go-back clears this), shows that original packets keep
+/// arriving: the timeout was spurious. An acknowledgement that reaches `high` at once is
+/// ambiguous (a peer that placed packets past the lost one jumps there too) and ends the
+/// detection, as does any resend.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Undo {
+    /// The first PSN the probe cannot have had acknowledged.
+    pub(super) proof: Psn,
+    /// One past the highest PSN sent before the timeout.
+    pub(super) high: Psn,
+    /// `acked` after the first acknowledgement past `proof`.
+    pub(super) first: Option<Psn>,
 }
 
 impl Requester {
@@ -177,7 +190,6 @@ impl Requester {
             peer: PeerMode::Unknown,
             sel_resume: None,
             sel_sent: None,
-            gbn_votes: 0,
         }
     }
 
@@ -199,7 +211,6 @@ impl Requester {
         self.peer = PeerMode::Unknown;
         self.sel_resume = None;
         self.sel_sent = None;
-        self.gbn_votes = 0;
         self.busy_waits = 0;
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;
@@ -479,10 +490,18 @@ where
         if self.cfg.qp_type != QpType::Rc {
             return;
         }
-        let (probe, sel) = (self.req.probe, self.req.sel_resume);
+        // The same packet again, not a go-back: what was under way stays.
+        let (probe, sel, sent, undo) = (
+            self.req.probe,
+            self.req.sel_resume,
+            self.req.sel_sent,
+            self.req.undo,
+        );
         self.rewind(psn);
         self.req.probe = probe;
         self.req.sel_resume = sel;
+        self.req.sel_sent = sent;
+        self.req.undo = undo;
         self.req.poll = polled;
     }
 
@@ -708,6 +727,8 @@ where
         // What is sent again from here may be what acknowledges a timeout's `proof`.
         self.req.undo = None;
         self.req.sel_resume = None;
+        // A selective resend in progress is over: a NAK inside it is news again.
+        self.req.sel_sent = None;
         // Karn: what is sent again cannot be timed, nor can what it acknowledges.
         self.req.timing = None;
         let mut i = self.sq.done;

@@ -12,10 +12,7 @@ use core::ops::DerefMut;
 /// the one missing packet only, or drops them (go-back-N: rdma_rxe, and IBTA's minimum), so
 /// that the requester must go back N. Announced, never guessed: every acknowledgement of an
 /// rrxe responder that places carries [`Bth::sel`](crate::logic::wire::Bth::sel), and one
-/// without it makes the peer go-back-N for the QP's life. A placing peer that keeps answering
-/// as a go-back-N one would ([`PLACES_GBN_VOTES`] sequence NAKs in a row for exactly the packet
-/// after one sent again alone: its placement records were full, or the bit was set by
-/// something else) is taken for go-back-N too.
+/// without it makes the peer go-back-N for the QP's life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PeerMode {
     /// No acknowledgement heard yet: a sequence NAK goes back N.
@@ -26,10 +23,6 @@ pub enum PeerMode {
     /// It did not announce it (or answered as if it drops what follows a gap): go back N.
     GoBackN,
 }
-
-/// Sequence NAKs in a row, each for exactly the packet after one sent again alone, after
-/// which a peer that announced placement is served by go-back-N.
-pub(super) const PLACES_GBN_VOTES: u8 = 4;
 
 impl<B, M, R> Engine<B, M, R>
 where
@@ -111,9 +104,10 @@ where
         };
     }
 
-    /// An ACK (`nak` false) or sequence NAK for `psn` arrived: what it says of a placing peer
-    /// after a selective resend. Returns true when this episode must go back N (the peer
-    /// answered [`PLACES_GBN_VOTES`] times in a row as a go-back-N peer would).
+    /// An ACK (`nak` false) or sequence NAK for `psn` arrived after a selective resend.
+    /// Returns true when this episode must go back N: a NAK for exactly the packet after what
+    /// was sent alone, which the peer could not place either (lost too, or a packet it never
+    /// places, such as a SEND): a run that one packet per round trip would recover slowly.
     pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) -> bool {
         let Some((_, end)) = self.req.sel_sent else {
             return false;
@@ -122,7 +116,6 @@ where
         let expected = if nak { psn } else { psn.next() };
         if expected.after(end) {
             // Its expected PSN jumped past what it was sent again: it had placed the rest.
-            self.req.gbn_votes = 0;
             self.req.sel_sent = None;
             return false;
         }
@@ -130,14 +123,7 @@ where
             // The packet itself acknowledged, or a NAK for it again: nothing learnt yet.
             return false;
         }
-        // It lost the next packet too: a run of losses, which this episode recovers by going
-        // back N (one packet per round trip would be slower); a peer that keeps answering
-        // like this is served by go-back-N for good.
         self.req.sel_sent = None;
-        self.req.gbn_votes = self.req.gbn_votes.saturating_add(1);
-        if self.req.gbn_votes >= PLACES_GBN_VOTES {
-            self.req.peer = PeerMode::GoBackN;
-        }
         true
     }
 }

@@ -5,7 +5,7 @@
 //! spurious timeout (docs/reliability.md).
 
 use super::{
-    requester::{Probe, Requester},
+    requester::{Probe, Requester, Undo},
     wc_status, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_POLL_US,
 };
 use crate::logic::qp_state::{QpState, QpType};
@@ -254,27 +254,47 @@ where
                 p.next()
             };
             if proof.before(self.req.high) {
-                self.req.undo = Some(proof);
+                self.req.undo = Some(Undo {
+                    proof,
+                    high: self.req.high,
+                    first: None,
+                });
             }
         }
     }
 
-    /// An acknowledgement moved `acked`: a timeout whose probe did not send the PSN it holds
-    /// in `undo` again, now acknowledged, was spurious (RFC 5682's F-RTO detection): the
-    /// original packets arrived. The window goes back up to the threshold the timeout set,
-    /// half of what was in flight, at once instead of by slow start from one packet: the
+    /// An acknowledgement moved `acked`: the second one past what the timeout's probe resent,
+    /// short of everything sent before it ([`Undo`]), shows the timeout was spurious: original
+    /// packets kept arriving. The window goes back up to the threshold the timeout set, half
+    /// of what was in flight, at once instead of by slow start from one packet: the
     /// conservative response of RFC 5682, since a round trip that outgrew the estimate is a
     /// queue growing (a sender paced by DCQCN behind a bottleneck). Returns whether it was.
     pub(super) fn undo_spurious_timeout(&mut self) -> bool {
-        let Some(proof) = self.req.undo else {
+        let Some(mut u) = self.req.undo else {
             return false;
         };
-        if !self.req.acked.after(proof) {
+        let acked = self.req.acked;
+        if !acked.after(u.proof) {
             return false;
         }
-        self.req.undo = None;
-        self.req.cwnd = self.req.cwnd.max(self.req.ssthresh);
-        true
+        if !acked.before(u.high) {
+            // Everything at once: ambiguous (step 2a of RFC 5682).
+            self.req.undo = None;
+            return false;
+        }
+        match u.first {
+            None => {
+                u.first = Some(acked);
+                self.req.undo = Some(u);
+                false
+            }
+            Some(f) if acked.after(f) => {
+                self.req.undo = None;
+                self.req.cwnd = self.req.cwnd.max(self.req.ssthresh);
+                true
+            }
+            Some(_) => false,
+        }
     }
 
     /// Spends one retry; when none is left, completes the oldest WR with RETRY_EXC_ERR and

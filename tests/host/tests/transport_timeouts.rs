@@ -645,6 +645,65 @@ fn a_spurious_timeout_gives_half_the_window_back() {
 }
 
 #[test]
+fn a_lost_packet_past_which_the_peer_placed_is_not_a_spurious_timeout() {
+    // A placing peer: packet 5 of 32 is lost, its NAK too. The timer's probe resends 5, and
+    // the peer's answer jumps over everything it had placed, to the end: that acknowledges
+    // packets the probe did not resend, but at once and in full, which a real loss after
+    // placement also gives (RFC 5682 step 2a): not counted as spurious.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 32 * 256);
+    for _ in 0..4 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    }
+    let sent: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(sent.len(), 32);
+    for (k, (b, _)) in sent.iter().enumerate() {
+        if k != 5 {
+            p.deliver(b, true);
+        }
+    }
+    // B's answers (the ACK of 0..=4 and the NAK) are lost.
+    p.sb.out.clear();
+    p.a.retry_timer_expired(&mut p.sa);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.sb.stat(Stat::WritePacketsAhead), 26);
+    assert_eq!(p.sa.stat(Stat::SpuriousTimeouts), 0);
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 32 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 32 * 256)
+    );
+}
+
+#[test]
+fn a_lost_tail_behind_acknowledged_packets_is_not_a_spurious_timeout() {
+    // A go-back-N peer: packets 0..=19 of 32 arrive (the ACK asked at 15 is lost), 20..
+    // are lost. The probe resends 0, a duplicate: the peer acknowledges 19, past what the
+    // probe resent but short of everything sent. Nothing more arrives until 20 is resent,
+    // so no second acknowledgement confirms it: not spurious.
+    let mut p = Pair::new(QpType::Rc, 256);
+    p.b.set_place_ahead(false);
+    post_writes(&mut p, 1, 32 * 256);
+    for _ in 0..4 {
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    }
+    let sent: Vec<_> = p.sa.out.drain(..).collect();
+    assert_eq!(sent.len(), 32);
+    for (b, _) in &sent[..20] {
+        p.deliver(b, true);
+    }
+    p.sb.out.clear();
+    p.a.retry_timer_expired(&mut p.sa);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.sa.stat(Stat::SpuriousTimeouts), 0);
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, 32 * 256),
+        bytes(&p.sa, 0x100, 0x1000_0000, 32 * 256)
+    );
+}
+
+#[test]
 fn a_timeout_after_an_unanswered_probe_is_never_undone() {
     // Everything is lost, the probe too: the second timeout goes back N in full, and the
     // acknowledgements of what it resent prove nothing about the first.
