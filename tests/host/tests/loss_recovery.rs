@@ -29,17 +29,6 @@ fn is_seq_nak(b: &[u8]) -> bool {
     })
 }
 
-/// Sends `n` packets from A without carrying them.
-fn send_held(p: &mut Pair, n: usize) -> Vec<Vec<u8>> {
-    while p.sa.out.len() < n {
-        let budget = (n - p.sa.out.len()).min(16) as u32;
-        if p.a.run_requester(&mut p.sa, &mut p.scratch, budget) == 0 {
-            break;
-        }
-    }
-    p.take_out(true)
-}
-
 #[test]
 fn a_sequence_nak_resends_at_once_only_the_halved_window_and_once_per_episode() {
     // 200 packets in flight, the fourth lost. B NAKs the gap once; A goes back at once
@@ -438,14 +427,6 @@ fn drop_first_sends(p: &mut Pair, ks: &[u32]) {
         }
         false
     }));
-}
-
-fn same_bytes(p: &Pair, len: usize) {
-    assert_eq!(
-        bytes(&p.sb, 0x100, 0x1020_0000, len),
-        bytes(&p.sa, 0x100, 0x1000_0000, len),
-        "data equal to the source"
-    );
 }
 
 #[test]

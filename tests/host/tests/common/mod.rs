@@ -848,3 +848,23 @@ pub fn post_writes(p: &mut Pair, n: u64, len: u32) {
         );
     }
 }
+
+/// Sends `n` packets from A without carrying them.
+pub fn send_held(p: &mut Pair, n: usize) -> Vec<Vec<u8>> {
+    while p.sa.out.len() < n {
+        let budget = (n - p.sa.out.len()).min(16) as u32;
+        if p.a.run_requester(&mut p.sa, &mut p.scratch, budget) == 0 {
+            break;
+        }
+    }
+    p.take_out(true)
+}
+
+/// B's MR 0x100 holds what A's MR 0x100 held, `len` bytes from where `post_writes` puts them.
+pub fn same_bytes(p: &Pair, len: usize) {
+    assert_eq!(
+        bytes(&p.sb, 0x100, 0x1020_0000, len),
+        bytes(&p.sa, 0x100, 0x1000_0000, len),
+        "data equal to the source"
+    );
+}
