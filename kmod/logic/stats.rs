@@ -111,6 +111,9 @@ pub enum Stat {
     /// of packets the timeout's probe had not sent again); the window they closed went back to
     /// half of what was in flight.
     SpuriousTimeouts,
+    /// Requester: RC windows halved for a CNP (at most one cut per window of data; DCQCN
+    /// cuts the rate as well, counted as `rate_cuts`).
+    CnpWindowCuts,
     /// Accesses that met a page of an on-demand-paging MR that was not present (the fault is
     /// taken in process context; RC requests are answered with an RNR NAK, the requester's
     /// own gather waits, a response is dropped and asked for again, UD drops).
@@ -174,6 +177,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::WritePacketsAhead,
     Stat::SelectiveResends,
     Stat::SpuriousTimeouts,
+    Stat::CnpWindowCuts,
     Stat::OdpMisses,
     Stat::RateLimitedQps,
     Stat::TeardownGracePeriods,
@@ -226,6 +230,7 @@ pub const NAMES: [&str; COUNT] = [
     "write_packets_ahead\0",
     "selective_resends\0",
     "spurious_timeouts\0",
+    "cnp_window_cuts\0",
     "odp_misses\0",
     "rate_limited_qps\0",
     "teardown_grace_periods\0",

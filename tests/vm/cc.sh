@@ -124,7 +124,7 @@ redc() { echo "$qs" | awk -v k="$1" '/marked/ { for (i = 1; i < NF; i++) if ($i 
 imarks=$(redc marked)
 idrops=$(( $(redc pdrop) + $(redc other) ))
 icuts=$(d rrxe0 i1 rate_cuts i0)
-log "incast: $IN senders through tbf $IRATE + red ecn: red marked $imarks, dropped $idrops full-queue + other, $(redc early) not ECN-capable; rrxe0 rx_cnps $(d rrxe0 i1 rx_cnps i0) rate_cuts $icuts retransmits $(d rrxe0 i1 retransmits i0)"
+log "incast: $IN senders through tbf $IRATE + red ecn: red marked $imarks, dropped $idrops full-queue + other, $(redc early) not ECN-capable; rrxe0 rx_cnps $(d rrxe0 i1 rx_cnps i0) rate_cuts $icuts cnp_window_cuts $(d rrxe0 i1 cnp_window_cuts i0) retransmits $(d rrxe0 i1 retransmits i0) spurious_timeouts $(d rrxe0 i1 spurious_timeouts i0)"
 check cc.incast.congested_marked test "$imarks" -gt 0
 check cc.incast.rates_cut test "$icuts" -gt 0
 # Not met yet under TCG (docs/congestion-control.md, "Measured so far": 9 full-queue drops in

@@ -311,6 +311,11 @@ impl Receive for QpInner {
             fab.stats.add(Stat::RateCuts, 1);
         }
         sh.sync_limited(fab);
+        // The rate bounds how fast packets leave; the window bounds how many can sit in the
+        // bottleneck's queue.
+        if g.eng.congestion_notified() {
+            fab.stats.add(Stat::CnpWindowCuts, 1);
+        }
     }
 
     /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is

@@ -388,8 +388,14 @@ impl QpInner {
                 let d = &mut *g;
                 let state = state.filter(|&(s, _)| QpState::modify_applies(from, d.eng.state(), s));
                 d.eng.set_config(cfg, retries.0, retries.1);
-                if path.is_some() {
+                if let Some(p) = path {
                     d.sh.path = path;
+                    // A loopback path has no bottleneck queue to fill: the whole window at once.
+                    d.eng.set_initial_window(if p.loopback {
+                        tp::RC_WINDOW
+                    } else {
+                        tp::INITIAL_WINDOW
+                    });
                 }
                 if let Some((QpState::Reset, _)) = state {
                     Self::discard_rings(&mut d.sh, self);

@@ -112,6 +112,12 @@ pub const GRH_LEN: usize = crate::logic::iphdr::IPV6_LEN;
 pub const MAX_MSG: u64 = 1 << 31;
 /// RC requester window: unacknowledged packets in flight at most.
 pub const RC_WINDOW: u32 = 512;
+/// An RC requester's window when the QP starts (and after a reset): 16 packets, 64 KiB at
+/// MTU 4096. It grows by each PSN acknowledged (slow start) until a loss or a congestion
+/// notice, so a fast path reaches [`RC_WINDOW`] within five round trips, while N senders
+/// starting at once into one bottleneck queue put N x 16 packets into it, not N windows, before
+/// the first mark can come back (RFC 3390's reasoning for TCP's initial window).
+pub const INITIAL_WINDOW: u32 = 16;
 /// READ response packets the responder emits per call before yielding to the caller, who
 /// continues later ([`Engine::run_responder`]): a 1 MiB READ must not flood the path at once.
 pub const READ_BURST: u32 = 128;
@@ -508,6 +514,19 @@ where
         self.req.peer = m;
     }
 
+    /// Sets the window the RC requester starts with (clamped to 1..=[`RC_WINDOW`]): the shell
+    /// gives a path through the network [`INITIAL_WINDOW`] (the default) and a loopback path,
+    /// which has no bottleneck queue to fill (its packets wait in the device's own bounded
+    /// queue), the whole window. Takes effect at once if nothing is in flight, else at the
+    /// next flush or reset.
+    pub fn set_initial_window(&mut self, n: u32) {
+        let n = n.clamp(1, RC_WINDOW);
+        self.req.initial = n;
+        if self.req.high == self.req.acked && self.req.cwr.is_none() {
+            self.req.cwnd = n;
+        }
+    }
+
     /// Sets the send PSN / expected receive PSN (modify_qp with SQ_PSN / RQ_PSN).
     pub fn set_psns(&mut self, sq_psn: Option<u32>, rq_psn: Option<u32>) {
         if let Some(p) = sq_psn {
@@ -545,7 +564,10 @@ where
         let head = self.sq.head;
         self.sq.next = head;
         self.sq.done = head;
+        let initial = self.req.initial;
         self.req = requester::Requester::new(&self.cfg);
+        self.req.initial = initial;
+        self.req.cwnd = initial;
         self.resp.reset();
         self.sq_draining = false;
         self.last_wqe_sent = false;

@@ -4,7 +4,7 @@
 
 use super::{
     ahead::ReadAhead, opcode, selective::PeerMode, transport_of, wc_status, wqe, Config, Dest,
-    Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, RC_WINDOW,
+    Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, INITIAL_WINDOW, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -51,7 +51,8 @@ pub(super) struct Requester {
     pub(super) backoff: u8,
     /// After a timeout, only the oldest WR goes out again until an answer makes progress.
     pub(super) probe: Option<Probe>,
-    /// Unacknowledged PSNs allowed in flight ([`RC_WINDOW`] at most). A timeout closes it to
+    /// Unacknowledged PSNs allowed in flight ([`RC_WINDOW`] at most; [`INITIAL_WINDOW`] when
+    /// the QP starts, and growing by each PSN acknowledged up to `ssthresh`). A timeout closes it to
     /// one packet and each acknowledged PSN opens it by one (slow start, RFC 5681): a timeout
     /// on a peer that is slow rather than deaf (a software RoCE peer working through a backlog)
     /// must not send it another window of duplicates, each of which it acknowledges again
@@ -80,6 +81,13 @@ pub(super) struct Requester {
     pub(super) ssthresh: u32,
     /// PSNs acknowledged in congestion avoidance not yet turned into a larger `cwnd`.
     pub(super) cwnd_acc: u32,
+    /// The window was cut for congestion (a loss, or a CNP: [`Engine::congestion_notified`])
+    /// and stays so until the acknowledgements pass this PSN (everything in flight at the cut):
+    /// one cut per window of data, as TCP reacts to ECN once per round trip (RFC 3168, 6.1.2).
+    pub(super) cwr: Option<Psn>,
+    /// The window the requester starts with, and takes again when its QP is flushed
+    /// ([`INITIAL_WINDOW`] unless the shell says otherwise: [`Engine::set_initial_window`]).
+    pub(super) initial: u32,
     /// The smoothed round-trip time and its variation (RFC 6298), in microseconds; `srtt` 0:
     /// no sample yet.
     pub(super) srtt_us: u64,
@@ -173,12 +181,14 @@ impl Requester {
             probe: None,
             guess: None,
             undo: None,
-            cwnd: RC_WINDOW,
+            cwnd: INITIAL_WINDOW,
             heard: false,
             busy_waits: 0,
             poll_waits: 0,
             ssthresh: RC_WINDOW,
             cwnd_acc: 0,
+            cwr: None,
+            initial: INITIAL_WINDOW,
             srtt_us: 0,
             rttvar_us: 0,
             timing: None,
@@ -204,7 +214,7 @@ impl Requester {
         self.probe = None;
         self.guess = None;
         self.undo = None;
-        self.cwnd = RC_WINDOW;
+        self.cwnd = self.initial;
         self.heard = false;
         self.replay_heard = false;
         self.ahead.clear();
@@ -215,6 +225,7 @@ impl Requester {
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;
         self.cwnd_acc = 0;
+        self.cwr = None;
         self.timing = None;
         self.due_us = None;
         self.early = 0;
@@ -244,10 +255,13 @@ impl Requester {
     /// smaller the window the less each loss costs; the window grows back as ACKs come.
     pub(super) fn shrink_window(&mut self, timeout: bool) {
         // A timeout that follows a timeout's probe (nothing sent since but what the timer
-        // resent) holds the threshold where the first one put it (RFC 5681, section 3.1).
-        if !(timeout && (self.probe.is_some() || self.guess.is_some())) {
-            let flight = self.high.distance_from(self.acked).min(self.cwnd);
-            self.ssthresh = (flight / 2).max(MIN_SSTHRESH);
+        // resent) holds the threshold where the first one put it (RFC 5681, section 3.1); a
+        // loss inside a window already cut for congestion does not halve it again (RFC 3168,
+        // 6.1.2: one reduction per round trip, whatever said so).
+        let cut = !(timeout && (self.probe.is_some() || self.guess.is_some()))
+            && (timeout || !self.in_cwr());
+        if cut {
+            self.halve_threshold();
         }
         self.cwnd = if timeout {
             1
@@ -255,6 +269,32 @@ impl Requester {
             self.ssthresh.min(self.cwnd.max(1))
         };
         self.cwnd_acc = 0;
+    }
+
+    /// The threshold halves from what is in flight, and the window stays cut for congestion
+    /// until everything in flight now is acknowledged.
+    fn halve_threshold(&mut self) {
+        let flight = self.high.distance_from(self.acked).min(self.cwnd);
+        self.ssthresh = (flight / 2).max(MIN_SSTHRESH);
+        self.cwr = Some(self.high);
+    }
+
+    /// Whether a cut for congestion is still in effect (acknowledgements have not passed what
+    /// was in flight when it was made).
+    pub(super) fn in_cwr(&self) -> bool {
+        self.cwr.is_some_and(|end| end.after(self.acked))
+    }
+
+    /// The peer's congestion notice (a CNP) for an RC requester: the window halves, once per
+    /// window of data. See [`Engine::congestion_notified`].
+    fn notice_congestion(&mut self) -> bool {
+        if self.in_cwr() {
+            return false;
+        }
+        self.halve_threshold();
+        self.cwnd = self.ssthresh.min(self.cwnd.max(1));
+        self.cwnd_acc = 0;
+        true
     }
 }
 
@@ -315,6 +355,17 @@ where
     M: DerefMut<Target = [SqEntry]>,
     R: DerefMut<Target = [Resource]>,
 {
+    /// The connected peer's notification point said that our packets met congestion (a CNP,
+    /// which the shell hands to DCQCN's rate as well). An RC requester halves its window, at
+    /// most once per window of data (RFC 3168's response to ECN, 6.1.2): the rate alone bounds
+    /// how fast packets leave, not how many are queued at the bottleneck, and a QP whose rate
+    /// recovers after a stall (or whose timer resends) would otherwise send a whole window
+    /// into a full queue. Returns whether the window was cut (the shell counts
+    /// `cnp_window_cuts`).
+    pub fn congestion_notified(&mut self) -> bool {
+        self.cfg.qp_type == QpType::Rc && self.req.notice_congestion()
+    }
+
     /// Whether the requester has work it could do now.
     pub fn requester_ready(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)

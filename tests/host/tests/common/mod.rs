@@ -488,6 +488,9 @@ impl Pair {
             // Two rrxe ends place WRITE packets past a gap for each other (the default);
             // tests of a go-back-N peer turn it off (`Engine::set_place_ahead`).
             e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
+            // The whole window from the start, as over loopback; the initial window's own
+            // tests (`congestion_window.rs`) set `INITIAL_WINDOW`.
+            e.set_initial_window(RC_WINDOW);
             for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
                 e.set_state(s, st, false);
             }
