@@ -4,15 +4,18 @@
 //! One table per module instance, published through a static pointer so that the UDP receive
 //! hook, which only gets an skb, can find the device a datagram arrived for. The table holds
 //! [`Receiver`]s, which a device's data-path state implements (`datapath::fabric::Fabric`): the
-//! arrow runs from `datapath/` to the trait, never back up from `ib/`. Lookups run with bottom halves disabled (an RCU read-side
-//! critical section); the owner unpublishes the table and waits for an RCU grace period before
-//! freeing it, so a lookup never sees freed memory.
+//! arrow runs from `datapath/` to the trait, never back up from `ib/`.
+//!
+//! Every received datagram looks its device up here, on whichever CPU received it, so the
+//! lookup takes no lock and no reference: it runs with bottom halves disabled (an RCU read-side
+//! critical section) over an immutable list that writers (device add and remove, process
+//! context) replace as a whole, freeing the old one after an RCU grace period.
 
 use core::{
     ptr,
     sync::atomic::{AtomicPtr, Ordering},
 };
-use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 /// What the IP and UDP headers of a received datagram say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,10 +52,46 @@ pub(crate) trait Receiver: Send + Sync {
     fn receive(&self, meta: &RxMeta, pkt: &[u8]);
 }
 
+/// The published list of receivers: never changed in place. A writer builds a new list,
+/// publishes it and frees the old one after an RCU grace period, so a datagram's lookup takes
+/// no lock and touches no shared counter (one atomic load, then reads).
+type List = KVec<(usize, Arc<dyn Receiver>)>;
+
 #[pin_data]
 struct Inner {
+    /// Serialises writers (process context); readers never take it.
     #[pin]
-    list: SpinLock<KVec<Option<(usize, Arc<dyn Receiver>)>>>,
+    writer: Mutex<()>,
+    /// The current list, leaked from a `KBox` (null: empty).
+    cur: AtomicPtr<List>,
+}
+
+impl Inner {
+    /// Runs `f` on the current list (bottom halves disabled by the caller: an RCU read-side
+    /// section, inside which the list is not freed).
+    fn read<R>(&self, f: impl FnOnce(&[(usize, Arc<dyn Receiver>)]) -> R) -> R {
+        let p = self.cur.load(Ordering::Acquire);
+        if p.is_null() {
+            return f(&[]);
+        }
+        // SAFETY: a published list is freed only after it was replaced and an RCU grace period
+        // passed (`replace`); the caller is inside a read-side section that began before.
+        f(unsafe { &*p })
+    }
+
+    /// Publishes `next` (process context, the writer lock held) and frees the list it replaces
+    /// once no reader can still see it; the receivers dropped with it are dropped here.
+    fn replace(&self, next: List) -> Result {
+        let raw = KBox::into_raw(KBox::new(next, GFP_KERNEL)?);
+        let old = self.cur.swap(raw, Ordering::AcqRel);
+        super::bh::synchronize_rcu();
+        if !old.is_null() {
+            // SAFETY: unpublished above and past a grace period: no reader holds it, and it
+            // came from `KBox::into_raw` here.
+            drop(unsafe { KBox::from_raw(old) });
+        }
+        Ok(())
+    }
 }
 
 static TABLE: AtomicPtr<Inner> = AtomicPtr::new(ptr::null_mut());
@@ -64,7 +103,7 @@ static TABLE: AtomicPtr<Inner> = AtomicPtr::new(ptr::null_mut());
 /// `TABLE` points to the pinned `Inner` owned by `self.0` (leaked from a `KBox`).
 pub(crate) struct RxTable(*mut Inner);
 
-// SAFETY: the table is only reached through its spinlock.
+// SAFETY: the table is reached through its atomic pointer and its writer lock.
 unsafe impl Send for RxTable {}
 // SAFETY: as above.
 unsafe impl Sync for RxTable {}
@@ -73,7 +112,10 @@ impl RxTable {
     /// Allocates and publishes the table (module init; one instance at a time).
     pub(crate) fn new() -> Result<Self> {
         let b = KBox::pin_init(
-            try_pin_init!(Inner { list <- new_spinlock!(KVec::new(), "rrxe:rxtable") }? Error),
+            try_pin_init!(Inner {
+                writer <- new_mutex!((), "rrxe:rxtable"),
+                cur: AtomicPtr::new(ptr::null_mut()),
+            }? Error),
             GFP_KERNEL,
         )?;
         // SAFETY: the contents are never moved: `drop` turns the pointer back into a `KBox` and
@@ -105,50 +147,65 @@ fn with_table<R>(f: impl FnOnce(&Inner) -> R) -> Option<R> {
     })
 }
 
-/// Makes `rx` reachable for datagrams arriving on the netdev with `key` (process context).
+/// The published table for a writer (process context): the table is unpublished only by the
+/// module's exit, after every device (every writer) is gone.
+fn writer_table() -> Option<&'static Inner> {
+    let p = TABLE.load(Ordering::Acquire);
+    // SAFETY: writers run between module init and exit (device add and remove), while the
+    // table stays published and allocated.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Makes `rx` reachable for datagrams arriving on the netdev with `key` (process context;
+/// waits for an RCU grace period, to free the list it replaces).
 pub(crate) fn add(key: usize, rx: Arc<dyn Receiver>) -> Result {
-    with_table(|t| {
-        let mut list = t.list.lock();
-        if let Some(slot) = list.iter_mut().find(|e| e.is_none()) {
-            *slot = Some((key, rx));
-            return Ok(());
+    let t = writer_table().ok_or(ENODEV)?;
+    let _w = t.writer.lock();
+    let mut next = List::new();
+    t.read(|cur| -> Result {
+        next.reserve(cur.len() + 1, GFP_KERNEL)?;
+        for (k, r) in cur {
+            next.push((*k, r.clone()), GFP_KERNEL)?;
         }
-        list.push(Some((key, rx)), GFP_ATOMIC).map_err(Error::from)
-    })
-    .unwrap_or(Err(ENODEV))
+        Ok(())
+    })?;
+    next.push((key, rx), GFP_KERNEL)?;
+    t.replace(next)
 }
 
 /// Forgets the netdev with `key` and waits until no receive callback still uses its receiver.
 pub(crate) fn remove(key: usize) {
-    let removed = with_table(|t| {
-        let mut list = t.list.lock();
-        list.iter_mut()
-            .find(|e| matches!(e, Some((k, _)) if *k == key))
-            .and_then(Option::take)
+    let Some(t) = writer_table() else { return };
+    let _w = t.writer.lock();
+    let mut next = List::new();
+    let built = t.read(|cur| -> Result {
+        next.reserve(cur.len(), GFP_KERNEL)?;
+        for (k, r) in cur.iter().filter(|(k, _)| *k != key) {
+            next.push((*k, r.clone()), GFP_KERNEL)?;
+        }
+        Ok(())
     });
-    super::bh::synchronize_rcu();
-    // The table's reference, dropped in process context once no callback can use it.
-    drop(removed);
+    if built.is_err() {
+        // No memory for the smaller list: the receiver stays reachable (it only counts and
+        // drops what arrives for a device being removed) until the next change or unload.
+        pr_warn!("rxtable: no memory to unpublish a receiver\n");
+        return;
+    }
+    // The table's reference to the receiver goes with the old list, in process context, once
+    // no callback can use it.
+    let _ = t.replace(next);
 }
 
 /// Hands a datagram to the receiver bound to its netdev (`meta.netdev`), if any (softirq
-/// context). The receiver's reference is taken under the table's lock and dropped before
-/// bottom halves are enabled again, so [`remove`] can wait for it; the lock is not held while
-/// the receiver runs, so receivers on different CPUs do not serialise on it.
+/// context). No lock and no reference count: the receiver is used inside the read-side
+/// section in which it was found, and [`remove`] waits for that section to end.
 pub(crate) fn receive(meta: &RxMeta, pkt: &[u8]) {
-    super::bh::with_bh_disabled(|| {
-        let rx = with_table(|t| {
-            t.list
-                .lock()
-                .iter()
-                .flatten()
-                .find(|(k, _)| *k == meta.netdev)
-                .map(|(_, r)| r.clone())
+    with_table(|t| {
+        t.read(|list| {
+            if let Some((_, rx)) = list.iter().find(|(k, _)| *k == meta.netdev) {
+                rx.receive(meta, pkt);
+            }
         })
-        .flatten();
-        if let Some(rx) = rx {
-            rx.receive(meta, pkt);
-        }
     });
 }
 
@@ -157,6 +214,13 @@ impl Drop for RxTable {
         TABLE.store(ptr::null_mut(), Ordering::Release);
         super::bh::synchronize_rcu();
         // SAFETY: unpublished and past a grace period: nothing else can reach it.
-        drop(unsafe { KBox::from_raw(self.0) });
+        let inner = unsafe { KBox::from_raw(self.0) };
+        let last = inner.cur.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !last.is_null() {
+            // SAFETY: the table is unreachable (above), so is its list; it came from
+            // `KBox::into_raw` in `Inner::replace`.
+            drop(unsafe { KBox::from_raw(last) });
+        }
+        drop(inner);
     }
 }
