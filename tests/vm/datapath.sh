@@ -11,6 +11,9 @@
 #      and (rrxe) no packet was sent again or arrived out of order (the path is lossless);
 #   3. rrxe-integrity (tests/vm/verbs): random RC/UC/UD operations, 0 B..1 MiB, SGE lists,
 #      inline, every byte verified; loopback and two devices;
+#   3b. many QPs at once (issue 30): rrxe-incast, 16 RC QP pairs each keeping four 64 KiB
+#      WRITEs outstanding for 3 s, every WRITE verified in place; on one device to itself,
+#      between the two devices, and as two processes at once (4 QPs each) on the same devices;
 #   4. rrxe-syscalls: post_recv and poll_cq make 0 system calls, post_send at most 1 (ptrace);
 #   5. rrxe-errors: bad rkey -> REM_ACCESS_ERR then flushes, bad lkey -> LOC_PROT_ERR, QPs
 #      destroyed with WRs outstanding; a process SIGKILLed mid-transfer (`rdma res` back to its
@@ -47,7 +50,7 @@
 #                  XFAIL and not counted. Default for rxe: the rdma_rxe 6.12 bugs this suite
 #                  finds (see below); none for rrxe.
 #   RRXE_DP_ONLY   space-separated subset of: pingpong perftest bulk integrity syscalls errors
-#                  iba15 mw kill stats rmmod
+#                  multiqp iba15 mw kill stats rmmod
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 type=${RRXE_DP_TYPE:-rrxe}
@@ -59,7 +62,7 @@ iters=${RRXE_DP_ITERS:-50}
 ops=${RRXE_DP_OPS:-300}
 T=${RRXE_DP_STEP_TIMEOUT:-60}
 bin=${RRXE_DP_BIN:-$root/target/release}
-only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity syscalls errors iba15 mw kill stats rmmod} "
+only=" ${RRXE_DP_ONLY:-pingpong perftest bulk integrity multiqp syscalls errors iba15 mw kill stats rmmod} "
 # rdma_rxe 6.12 bug: a WR whose local SGE fails the lkey check is completed with
 # IBV_WC_WR_FLUSH_ERR, not IBV_WC_LOC_PROT_ERR: rxe_requester() sets wqe->status
 # (IB_WC_LOC_QP_OP_ERR even, since copy_data() returns -EINVAL, not -EFAULT) and moves the QP
@@ -257,6 +260,20 @@ if part integrity; then
   ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --ops "$ops" "${seed[@]}"
   ST=$((3 * T)) sub integrity "" "$bin/rrxe-integrity" --dev "$dev0" --dev2 "$dev1" --ops "$((ops / 2))" "${seed[@]}"
   elapsed integrity
+fi
+
+# --- 3b. many QPs at once
+if part multiqp; then
+  mq=("$bin/rrxe-incast" --size 65536 --depth 4 --secs 3 --drain-secs 40 --verify)
+  ST=$((2 * T)) sub multiqp loopback_16qps "${mq[@]}" --dev "$dev0" --dev2 "$dev0" --qps 16
+  ST=$((2 * T)) sub multiqp two_devices_16qps "${mq[@]}" --dev "$dev0" --dev2 "$dev1" --qps 16
+  # Two processes at once, each with its own QPs, PDs and CQs on the same two devices.
+  timeout -k 5 $((2 * T)) "${mq[@]}" --dev "$dev0" --dev2 "$dev1" --qps 4 > /tmp/multiqp.a 2>&1 &
+  mqa=$!
+  ST=$((2 * T)) sub multiqp two_processes_b "${mq[@]}" --dev "$dev0" --dev2 "$dev1" --qps 4
+  wait "$mqa"; mqrc=$?
+  ST=10 sub multiqp two_processes_a bash -c "cat /tmp/multiqp.a; exit $mqrc"
+  elapsed multiqp
 fi
 
 # --- 4. system calls of the fast path
