@@ -100,8 +100,8 @@ pub(crate) struct Outbox<'f> {
     pub(super) driver: usize,
     /// An ACK delivered to the driver opened its window.
     pub(super) driver_go: bool,
-    /// QPs whose responder output this delivery queued ([`RespTurn::Held`]): they get the
-    /// turn back once the queue is delivered.
+    /// QPs whose responder or requester output this delivery queued (it holds their turn):
+    /// they get the turn back once the queue is delivered.
     pub(super) held: [u32; HELD_MAX],
     pub(super) nheld: usize,
 }
@@ -120,6 +120,13 @@ impl<'f> Outbox<'f> {
             held: [0; HELD_MAX],
             nheld: 0,
         }
+    }
+
+    /// This delivery's identity while it lives (its address: an `Outbox` is used in place,
+    /// borrowed, from creation to the [`deliver`](super::rx::deliver) that empties it), never 0:
+    /// what a QP's turns (`RespTurn`, `Shell::req_owner`) record as their holder.
+    pub(crate) fn id(&self) -> usize {
+        core::ptr::from_ref(self) as usize
     }
 
     pub(super) fn drives<Q>(&self, qp: &Q) -> bool {

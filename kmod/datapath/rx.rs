@@ -34,9 +34,9 @@ pub(crate) trait Receive: Send + Sync + 'static {
     /// A CNP for this QP arrived from `src`.
     fn on_cnp(&self, src: &[u8; 16]);
 
-    /// The delivery `out` has delivered the responder output it held for this QP
-    /// ([`Outbox::hold`]): the QP may answer again.
-    fn resp_delivered(&self, out: &mut Outbox<'_>);
+    /// The delivery `out` has delivered the output it held for this QP ([`Outbox::hold`]):
+    /// the QP may answer and send again.
+    fn delivered(&self, out: &mut Outbox<'_>);
 }
 
 /// Handles one packet (BTH .. ICRC, ICRC already checked or not needed). `info.grh` is the GRH
@@ -94,11 +94,11 @@ pub(super) fn deliver<Q: Receive>(fabric: &Fabric<Q>, out: &mut Outbox<'_>) {
     let mut n = 0u32;
     loop {
         deliver_queue(fabric, out, &mut n);
-        // Delivered: the responders whose output this was get their turn back (and may queue
-        // more, within the budget).
+        // Delivered: the QPs whose output this was get their turns back (and may queue more,
+        // within the budget).
         let Some(qpn) = out.unhold() else { break };
         if let Some(qp) = fabric.qps.get(qpn) {
-            qp.resp_delivered(out);
+            qp.delivered(out);
         }
     }
 }

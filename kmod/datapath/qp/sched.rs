@@ -94,6 +94,21 @@ impl QpInner {
         cx: &mut Ctx<'_, '_>,
         max: u32,
     ) -> u32 {
+        let loopback = cx.sh.path.is_some_and(|p| p.loopback);
+        if loopback {
+            let me = cx.out.id();
+            if cx.sh.req_owner != 0 && cx.sh.req_owner != me {
+                // Another delivery holds packets of ours not yet delivered: sending now would
+                // overtake them. It runs the requester once it has delivered them.
+                cx.sh.req_wanted |= eng.requester_ready();
+                return 0;
+            }
+            if cx.sh.req_owner == 0 && !cx.out.can_hold(self.qpn) {
+                // This delivery keeps track of no more QPs: the continuation sends.
+                cx.sh.resume |= eng.requester_ready();
+                return 0;
+            }
+        }
         let b = max.min(cx.out.room()).min(self.wire_room(cx.sh));
         if b == 0 {
             if eng.requester_ready() {
@@ -101,8 +116,13 @@ impl QpInner {
             }
             return 0;
         }
+        let queued = cx.out.len;
         let sent = eng.run_requester(cx, scratch, b);
         cx.out.spend(sent);
+        if loopback && cx.out.len > queued {
+            cx.sh.req_owner = cx.out.id();
+            cx.out.hold(self.qpn);
+        }
         if eng.requester_ready() && (sent == b || cx.out.len >= OUT_HIGH || cx.sh.congested) {
             cx.sh.resume = true;
         }
@@ -140,7 +160,7 @@ impl QpInner {
         eng.flush_ack(cx, scratch);
         if cx.out.len > queued {
             cx.out.hold(self.qpn);
-            cx.sh.resp = RespTurn::Held;
+            cx.sh.resp = RespTurn::Held(cx.out.id());
         } else if eng.responder_pending() {
             cx.sh.resp = RespTurn::Cont;
             cx.sh.resume = true;
@@ -318,20 +338,37 @@ impl Receive for QpInner {
         }
     }
 
-    /// A delivery has delivered the responder output it held ([`RespTurn::Held`]): the turn is
-    /// free again, and this delivery goes on answering within its budget.
-    fn resp_delivered(&self, out: &mut Outbox<'_>) {
+    /// A delivery has delivered the output it held ([`RespTurn::Held`], `Shell::req_owner`):
+    /// the turns it held are free again, and this delivery goes on answering and sending
+    /// within its budget.
+    fn delivered(&self, out: &mut Outbox<'_>) {
         let mut g = self.st.lock();
         let d = &mut *g;
-        if d.sh.resp != RespTurn::Held {
-            return;
+        let me = out.id();
+        let resp = d.sh.resp == RespTurn::Held(me);
+        if resp {
+            d.sh.resp = RespTurn::Free;
         }
-        d.sh.resp = RespTurn::Free;
-        if d.sh.closed {
+        let req = d.sh.req_owner == me;
+        if req {
+            d.sh.req_owner = 0;
+        }
+        if d.sh.closed || !(resp || req) {
             return;
         }
         let mut cx = self.ctx(&mut d.sh, out);
-        self.respond(&mut d.eng, &mut d.scratch, &mut cx);
+        if resp {
+            self.respond(&mut d.eng, &mut d.scratch, &mut cx);
+        }
+        if req && core::mem::take(&mut cx.sh.req_wanted) {
+            if cx.out.drives(self) {
+                // Our own doorbell delivers this: its next pass sends.
+                cx.out.driver_go = true;
+            } else {
+                self.pull_sq(&mut d.eng, &mut cx);
+                self.run_req(&mut d.eng, &mut d.scratch, &mut cx, BUDGET);
+            }
+        }
         self.finish(cx.sh);
     }
 }

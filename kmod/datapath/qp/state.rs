@@ -61,9 +61,11 @@ pub(crate) type Eng = Engine<KVVec<u8>, KVVec<SqEntry>, KVVec<Resource>>;
 pub(super) enum RespTurn {
     /// Nothing of the responder's is waiting for delivery: any context may send.
     Free,
-    /// A loopback delivery holds responder packets; it gives the turn back once it has
-    /// delivered them (`Receive::resp_delivered`, in `sched.rs`).
-    Held,
+    /// A loopback delivery (the [`Outbox::id`] given) holds responder packets; it gives the
+    /// turn back once it has delivered them (`Receive::delivered`, in `sched.rs`).
+    ///
+    /// [`Outbox::id`]: crate::datapath::loopback::Outbox::id
+    Held(usize),
     /// The continuation has the turn (it is scheduled). On a loopback path only: on the wire,
     /// any context may still send meanwhile (each sends under the QP lock).
     Cont,
@@ -86,6 +88,17 @@ pub(crate) struct Shell {
     pub(super) resume: bool,
     /// Who may send the responder's output next.
     pub(super) resp: RespTurn,
+    /// The requester's turn on a loopback path, as [`RespTurn`] is the responder's: the
+    /// delivery ([`Outbox::id`]) that queued requester packets of this QP and has not yet
+    /// delivered them (0: none). Another context that sent meanwhile (a timer, the
+    /// continuation, an ACK delivered on the other CPU) would overtake them, and the responder
+    /// would take the gap for a loss (a sequence NAK, a go-back): so it sends nothing and
+    /// leaves `req_wanted`, and the holder runs the requester once it has delivered.
+    ///
+    /// [`Outbox::id`]: crate::datapath::loopback::Outbox::id
+    pub(super) req_owner: usize,
+    /// A context found the requester's turn held by another delivery and sent nothing.
+    pub(super) req_wanted: bool,
     /// The wire refused a packet during the current call.
     pub(super) congested: bool,
     /// The QP has [`inflight::HIGH`] skbs in the network stack: its gauge wakes it (no timer).
@@ -228,6 +241,8 @@ impl QpInner {
             retry_at: None,
             resume: false,
             resp: RespTurn::Free,
+            req_owner: 0,
+            req_wanted: false,
             congested: false,
             capped: false,
             closed: false,
