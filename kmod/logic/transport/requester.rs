@@ -467,6 +467,7 @@ where
             let e = self.sq.entry(idx);
             let psn = self.req.psn;
             let asked = self.req.asked;
+            let high = self.req.high;
             let emitted = match self.send_packet(env, scratch, idx, &e) {
                 Ok(r) => r,
                 Err(wqe::NOT_PRESENT) => {
@@ -488,7 +489,9 @@ where
                 }
             };
             sent += 1;
-            self.counters.add(Stat::SentPkts, 1);
+            if emitted != Emit::Dropped {
+                self.counters.add(Stat::SentPkts, 1);
+            }
             // An ACK poll is counted as such (`retry_timer_expired`), not as a retransmit.
             let polled = core::mem::take(&mut self.req.poll);
             if psn.before(self.req.high) && !polled {
@@ -506,7 +509,7 @@ where
             }
             self.advance(env, idx, &e);
             if emitted == Emit::Dropped {
-                self.resend_dropped(psn, polled);
+                self.resend_dropped(psn, polled, high);
                 break;
             }
             if let Some((next, cur_pkt, at, rd_atomic, end)) = self.req.sel_resume {
@@ -532,21 +535,25 @@ where
     }
 
     /// The packet at `psn` just sent (and advanced past) was dropped by this end before it
-    /// left ([`Emit::Dropped`]): RC goes back to it, so that the next run sends it again, with
-    /// no retry spent and the window, a probe and an ACK poll as they were (it stays counted as
-    /// sent: should drops go on, the retransmit timer still runs and the retries still end in
-    /// RETRY_EXC_ERR). UC and UD completed the WR at its last packet: what they dropped is
-    /// lost, as on the wire.
-    fn resend_dropped(&mut self, psn: Psn, polled: bool) {
+    /// left ([`Emit::Dropped`]: a full qdisc, no memory, an empty loopback pool, or held back
+    /// by the DCQCN pacer): RC goes back to it, so that the next run sends it again, with no
+    /// retry spent and the window, a probe and an ACK poll as they were (should drops go on,
+    /// the retransmit timer still runs and the retries still end in RETRY_EXC_ERR). It never
+    /// left, so `high` (what was sent before it, `high`) stays where it was: when it goes, it
+    /// is a first transmission, neither counted as a retransmission nor a reason (Karn's) to
+    /// drop the round-trip sample under way. UC and UD completed the WR at its last packet:
+    /// what they dropped is lost, as on the wire.
+    fn resend_dropped(&mut self, psn: Psn, polled: bool, high: Psn) {
         if self.cfg.qp_type != QpType::Rc {
             return;
         }
         // The same packet again, not a go-back: what was under way stays.
-        let (probe, sel, sent, undo) = (
+        let (probe, sel, sent, undo, timing) = (
             self.req.probe,
             self.req.sel_resume,
             self.req.sel_sent,
             self.req.undo,
+            self.req.timing,
         );
         self.rewind(psn);
         self.req.probe = probe;
@@ -554,6 +561,15 @@ where
         self.req.sel_sent = sent;
         self.req.undo = undo;
         self.req.poll = polled;
+        if !psn.before(high) {
+            // Its first transmission: nothing from it on has left yet.
+            self.req.high = high;
+            // (No sample starts at a dropped packet: a sample under way is an older one's.)
+            self.req.timing = timing;
+        } else {
+            // A retransmission dropped again: Karn applies as it did.
+            self.req.timing = None;
+        }
     }
 
     /// Runs a local operation (fast registration, local invalidation, window bind) of WR `idx`.

@@ -194,3 +194,24 @@ fn ud_loses_what_it_dropped_and_completes_once() {
     assert_eq!(statuses(&p.sa), vec![(1, 0)]);
     assert!(p.sb.recv_cq.is_empty(), "lost, as on the wire");
 }
+
+#[test]
+fn a_request_held_back_before_it_left_is_no_retransmission_and_keeps_the_rtt_sample() {
+    // A request the sender's own stack (or the DCQCN pacer) held back never left: when it goes,
+    // it is a first transmission. Before, `retransmits` counted every packet the pacer held
+    // (as many as `rate_paced` in the incast benchmark, with nothing dropped on the wire), and
+    // each one ended the round-trip sample under way.
+    let mut p = Pair::new(QpType::Rc, 1024);
+    p.sa.clock = true;
+    p.sb.clock = true;
+    p.sa.drop_tx = Some(drop_once(2, |_| true));
+    writes(&mut p, 3, 3000);
+    // The first packet asks for nothing and is not timed; the second is held back; send what
+    // goes in one run, as the shell does before the pacer lets it go again.
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 16);
+    assert_eq!(p.sa.tx_dropped, 1);
+    p.run();
+    all_ok(&p, 3);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 0, "the held packet went once");
+    assert!(p.a.details().srtt_us > 0, "a round-trip sample was taken");
+}
