@@ -59,38 +59,56 @@ type List = KVec<(usize, Arc<dyn Receiver>)>;
 
 #[pin_data]
 struct Inner {
-    /// Serialises writers (process context); readers never take it.
+    /// Serialises writers (process context); readers never take it. It guards the spare list:
+    /// the list last replaced, emptied, whose capacity is at least the current list's length
+    /// less one, so that [`remove`] never allocates (a device must always be able to leave).
     #[pin]
-    writer: Mutex<()>,
+    writer: Mutex<Option<KBox<List>>>,
     /// The current list, leaked from a `KBox` (null: empty).
     cur: AtomicPtr<List>,
 }
 
 impl Inner {
     /// Runs `f` on the current list (bottom halves disabled by the caller: an RCU read-side
-    /// section, inside which the list is not freed).
+    /// section, inside which the list is not freed; or the writer lock held).
     fn read<R>(&self, f: impl FnOnce(&[(usize, Arc<dyn Receiver>)]) -> R) -> R {
         let p = self.cur.load(Ordering::Acquire);
         if p.is_null() {
             return f(&[]);
         }
         // SAFETY: a published list is freed only after it was replaced and an RCU grace period
-        // passed (`replace`); the caller is inside a read-side section that began before.
+        // passed (`replace`), and only by a writer, under the writer lock; the caller is inside
+        // a read-side section that began before, or holds the writer lock.
         f(unsafe { &*p })
     }
 
-    /// Publishes `next` (process context, the writer lock held) and frees the list it replaces
-    /// once no reader can still see it; the receivers dropped with it are dropped here.
-    fn replace(&self, next: List) -> Result {
-        let raw = KBox::into_raw(KBox::new(next, GFP_KERNEL)?);
+    /// Publishes `next` (null for an empty list; process context, the writer lock held) and
+    /// returns the list it replaces once no reader can still see it, emptied: the receivers it
+    /// held are dropped here, in process context.
+    fn replace(&self, next: Option<KBox<List>>) -> Option<KBox<List>> {
+        let raw = next.map_or(ptr::null_mut(), KBox::into_raw);
         let old = self.cur.swap(raw, Ordering::AcqRel);
         super::bh::synchronize_rcu();
-        if !old.is_null() {
-            // SAFETY: unpublished above and past a grace period: no reader holds it, and it
-            // came from `KBox::into_raw` here.
-            drop(unsafe { KBox::from_raw(old) });
+        if old.is_null() {
+            return None;
         }
-        Ok(())
+        // SAFETY: unpublished above and past a grace period: no reader holds it, and it came
+        // from `KBox::into_raw` here.
+        let mut old = unsafe { KBox::from_raw(old) };
+        empty(&mut old);
+        Some(old)
+    }
+}
+
+/// Drops every entry of `list`, keeping its capacity (the kernel's `Vec` has no `clear`).
+fn empty(list: &mut List) {
+    let entries: *mut [(usize, Arc<dyn Receiver>)] = list.as_mut_slice();
+    // SAFETY: the length goes to 0 first (0 is within the capacity), so the entries are no
+    // longer the vector's; then each of them, initialised, is dropped exactly once, in memory
+    // the vector still owns.
+    unsafe {
+        list.set_len(0);
+        core::ptr::drop_in_place(entries);
     }
 }
 
@@ -113,7 +131,7 @@ impl RxTable {
     pub(crate) fn new() -> Result<Self> {
         let b = KBox::pin_init(
             try_pin_init!(Inner {
-                writer <- new_mutex!((), "rrxe:rxtable"),
+                writer <- new_mutex!(None, "rrxe:rxtable"),
                 cur: AtomicPtr::new(ptr::null_mut()),
             }? Error),
             GFP_KERNEL,
@@ -160,8 +178,8 @@ fn writer_table() -> Option<&'static Inner> {
 /// waits for an RCU grace period, to free the list it replaces).
 pub(crate) fn add(key: usize, rx: Arc<dyn Receiver>) -> Result {
     let t = writer_table().ok_or(ENODEV)?;
-    let _w = t.writer.lock();
-    let mut next = List::new();
+    let mut spare = t.writer.lock();
+    let mut next = KBox::new(List::new(), GFP_KERNEL)?;
     t.read(|cur| -> Result {
         next.reserve(cur.len() + 1, GFP_KERNEL)?;
         for (k, r) in cur {
@@ -170,30 +188,47 @@ pub(crate) fn add(key: usize, rx: Arc<dyn Receiver>) -> Result {
         Ok(())
     })?;
     next.push((key, rx), GFP_KERNEL)?;
-    t.replace(next)
+    // The replaced list (capacity: the new length less one) is the next removal's.
+    *spare = t.replace(Some(next));
+    Ok(())
 }
 
 /// Forgets the netdev with `key` and waits until no receive callback still uses its receiver.
+/// Never allocates: the new list is built in the spare one.
 pub(crate) fn remove(key: usize) {
     let Some(t) = writer_table() else { return };
-    let _w = t.writer.lock();
-    let mut next = List::new();
-    let built = t.read(|cur| -> Result {
-        next.reserve(cur.len(), GFP_KERNEL)?;
-        for (k, r) in cur.iter().filter(|(k, _)| *k != key) {
-            next.push((*k, r.clone()), GFP_KERNEL)?;
-        }
-        Ok(())
-    });
-    if built.is_err() {
-        // No memory for the smaller list: the receiver stays reachable (it only counts and
-        // drops what arrives for a device being removed) until the next change or unload.
-        pr_warn!("rxtable: no memory to unpublish a receiver\n");
+    let mut spare = t.writer.lock();
+    let (len, found) = t.read(|cur| (cur.len(), cur.iter().any(|(k, _)| *k == key)));
+    if !found {
         return;
     }
+    let next = if len == 1 {
+        None
+    } else {
+        let Some(mut next) = spare.take() else {
+            // Cannot happen: a list of two or more was published by an `add` that kept the
+            // one it replaced.
+            pr_err!("rxtable: no spare list to unpublish a receiver\n");
+            return;
+        };
+        let filled = t.read(|cur| -> Result {
+            for (k, r) in cur.iter().filter(|(k, _)| *k != key) {
+                // Within the spare's capacity (at least `len - 1`): no allocation.
+                next.push((*k, r.clone()), GFP_NOWAIT)?;
+            }
+            Ok(())
+        });
+        if filled.is_err() {
+            pr_err!("rxtable: the spare list was too small\n");
+            empty(&mut next);
+            *spare = Some(next);
+            return;
+        }
+        Some(next)
+    };
     // The table's reference to the receiver goes with the old list, in process context, once
-    // no callback can use it.
-    let _ = t.replace(next);
+    // no callback can use it; the old list is the next removal's spare.
+    *spare = t.replace(next);
 }
 
 /// Hands a datagram to the receiver bound to its netdev (`meta.netdev`), if any (softirq
