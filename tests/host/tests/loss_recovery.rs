@@ -9,7 +9,7 @@ use rrxe_host_tests::logic::{
     psn::Psn,
     qp_state::{QpState, QpType},
     transport::*,
-    wire::{NakCode, Packet, Syndrome},
+    wire::{Packet, Syndrome},
 };
 use rrxe_host_tests::uapi::Sge;
 
@@ -18,15 +18,6 @@ use common::*;
 
 fn psn_of(b: &[u8]) -> Psn {
     Packet::parse(b).unwrap().bth().psn
-}
-
-fn is_seq_nak(b: &[u8]) -> bool {
-    Packet::parse(b).unwrap().aeth().is_some_and(|a| {
-        matches!(
-            Syndrome::decode(a.syndrome),
-            Syndrome::Nak(NakCode::PsnSeqError)
-        )
-    })
 }
 
 #[test]

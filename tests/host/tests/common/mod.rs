@@ -871,3 +871,31 @@ pub fn same_bytes(p: &Pair, len: usize) {
         "data equal to the source"
     );
 }
+
+/// Whether `b` is a NAK for a PSN sequence error.
+#[allow(dead_code)]
+pub fn is_seq_nak(b: &[u8]) -> bool {
+    Packet::parse(b).unwrap().aeth().is_some_and(|a| {
+        matches!(
+            Syndrome::decode(a.syndrome),
+            Syndrome::Nak(rrxe_host_tests::logic::wire::NakCode::PsnSeqError)
+        )
+    })
+}
+
+/// Delivers A's packets `pkts` to B, all but the one at index `lost`, then B's answers back
+/// to A; returns how many of the answers were sequence NAKs.
+#[allow(dead_code)]
+pub fn deliver_but(p: &mut Pair, pkts: &[Vec<u8>], lost: usize) -> usize {
+    for (k, b) in pkts.iter().enumerate() {
+        if k != lost {
+            p.deliver(b, true);
+        }
+    }
+    let answers = p.take_out(false);
+    let naks = answers.iter().filter(|b| is_seq_nak(b)).count();
+    for b in &answers {
+        p.deliver(b, false);
+    }
+    naks
+}
