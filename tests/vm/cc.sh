@@ -36,6 +36,8 @@ log() { echo "cc: $*"; }
 
 topo_a || summary
 f=/sys/class/infiniband/rrxe0/dcqcn
+# The bottlenecks below drop what is not ECN-capable, ARP included: see pin_neighbours.
+check cc.neighbours_pinned pin_neighbours
 
 # --- settings
 check cc.settings.listed bash -c "grep -q '^ecn 1$' $f && grep -q '^cc 1$' $f && grep -q '^rp_gd 11$' $f && grep -q '^np_min_time_between_cnps 50$' $f && [ \$(wc -l < $f) = 15 ]"
@@ -119,8 +121,9 @@ qs=$(tc -s qdisc show dev veth0)
 echo "$qs" | sed 's/^/    /'
 # red's counters: "marked M early E pdrop P other O". With `ecn` red marks an ECN-capable
 # packet where it would drop it (rrxe's are all ECT): "early" counts the packets it dropped
-# because they were not ECN-capable (ARP, IPv6 neighbour discovery), "pdrop" the ones the full
-# queue dropped, ECN-capable or not: rrxe's packets are lost only there (or in "other").
+# because they were not ECN-capable (IPv6 neighbour discovery; no ARP: the neighbours are
+# pinned), "pdrop" the ones the full queue dropped, ECN-capable or not: rrxe's packets are lost
+# only there (or in "other").
 redc() { echo "$qs" | awk -v k="$1" '/marked/ { for (i = 1; i < NF; i++) if ($i == k) s += $(i+1) } END { print s + 0 }'; }
 imarks=$(redc marked)
 idrops=$(( $(redc pdrop) + $(redc other) ))
@@ -136,6 +139,7 @@ elif [ "${RRXE_CC_INCAST_STRICT:-1}" = 1 ]; then fail cc.incast.nothing_dropped 
 else echo "XFAIL cc.incast.nothing_dropped: $idrops dropped at the full queue (RRXE_CC_INCAST_STRICT=0)"; fi
 tc qdisc del dev veth0 root 2>/dev/null
 ip link set veth0 mtu 1500; ip -n peer link set veth1 mtu 1500
+ip neigh del 10.99.0.2 dev veth0 2>/dev/null; ip -n peer neigh del 10.99.0.1 dev veth1 2>/dev/null
 del_links rrxe
 check cc.module_unloads bash -c 'wait_for() { local e=$(( $(date +%s) + 20 )); until rmmod rrxe 2>/dev/null; do [ $(date +%s) -ge $e ] && return 1; sleep 0.5; done; }; wait_for'
 summary

@@ -53,6 +53,20 @@ veth1_to_peer() {
   ip link set veth0 up
 }
 
+# pin_neighbours: topology A's two addresses as permanent neighbour entries on both ends, for
+# tests whose bottleneck is red with `ecn`. red marks an ECN-capable packet where it would drop
+# it but drops the others early, ARP among them; under tbf its average queue (moved only by
+# enqueues) stays above `max` long after the congestion ended, so an entry that went stale
+# during the run (every 15-45 s; UDP confirms nothing) fails to resolve again, its packets die
+# unseen in the neighbour queue, and an RC sender ends in RETRY_EXC_ERR (issue 29's incast
+# flake, docs/tests.md). A switch keeps ARP out of the queue it marks; so does this.
+pin_neighbours() {
+  local m0 m1
+  m0=$(cat /sys/class/net/veth0/address) && m1=$(ip netns exec peer cat /sys/class/net/veth1/address) &&
+    ip neigh replace 10.99.0.2 lladdr "$m1" dev veth0 nud permanent &&
+    ip -n peer neigh replace 10.99.0.1 lladdr "$m0" dev veth1 nud permanent
+}
+
 veth1_to_init() {
   if ip -n peer link show veth1 >/dev/null 2>&1; then
     ip -n peer link set veth1 netns 1
