@@ -86,8 +86,7 @@ where
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.retrying = false;
         self.req.backoff = 0;
-        self.req.heard = false;
-        self.req.replay_heard = false;
+        self.req.forget_heard();
         self.req.busy_waits = 0;
         self.req.poll_waits = 0;
         // The timed packet is acknowledged: a round-trip sample (Karn: a retransmission in
@@ -266,10 +265,8 @@ where
             }
             Verdict::Duplicate => {
                 self.stat(env, Stat::DuplicateResponses, 1);
-                self.req.heard = true;
-                if pkt.info().op == Operation::RdmaReadResponse {
-                    self.req.replay_heard = true;
-                }
+                self.req
+                    .hear(psn, pkt.info().op == Operation::RdmaReadResponse);
                 return false;
             }
             Verdict::Accept => {}
@@ -384,14 +381,13 @@ where
         let expected = e.resume_psn();
         if psn.before(expected) {
             self.stat(env, Stat::DuplicateResponses, 1);
-            self.req.heard = true;
-            self.req.replay_heard = true;
+            self.req.hear(psn, true);
             return;
         }
         let owner = (idx, e.first_psn.get());
         let k = psn.distance_from(e.first_psn);
         if psn != expected {
-            self.req.heard = true;
+            self.req.hear(psn, false);
             let ahead = psn.distance_from(expected) - 1;
             if !ReadAhead::fits(ahead) {
                 // Too far past the gap to remember: re-read from the first missing byte.

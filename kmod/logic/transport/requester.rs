@@ -70,7 +70,13 @@ pub(super) struct Requester {
     /// responses we already have or that lie past a gap): the peer is busy with older
     /// requests of ours, not deaf. See [`Engine::retry_timer_expired`].
     pub(super) heard: bool,
-    /// Expiries in a row passed over because the peer was heard ([`BUSY_WAITS`] at most).
+    /// The last PSN heard since the last expiry (see `heard`).
+    pub(super) heard_last: Option<Psn>,
+    /// Since the last expiry the peer was heard moving forward: a PSN heard after an earlier
+    /// one (a replay in progress), not the same answer repeated.
+    pub(super) heard_moving: bool,
+    /// Expiries in a row passed over because the peer was heard ([`BUSY_WAITS`] at most, or
+    /// [`BUSY_WAITS_MOVING`] while it is heard moving).
     pub(super) busy_waits: u8,
     /// ACK polls in a row put off because packets were still on their way inside this host
     /// ([`POLL_WAITS`] at most; see [`Env::in_transit`]).
@@ -162,6 +168,25 @@ pub(super) struct Undo {
 }
 
 impl Requester {
+    /// An answer that is no progress came (a duplicate, or a READ response past a gap): the
+    /// peer is busy with older requests of ours. `replay`: a READ response.
+    pub(super) fn hear(&mut self, psn: Psn, replay: bool) {
+        self.heard = true;
+        self.replay_heard |= replay;
+        if self.heard_last.is_some_and(|l| psn.after(l)) {
+            self.heard_moving = true;
+        }
+        self.heard_last = Some(psn);
+    }
+
+    /// Forgets what was heard (progress, a reset).
+    pub(super) fn forget_heard(&mut self) {
+        self.heard = false;
+        self.replay_heard = false;
+        self.heard_last = None;
+        self.heard_moving = false;
+    }
+
     pub(super) fn new(cfg: &Config) -> Self {
         Requester {
             psn: Psn::ZERO,
@@ -183,6 +208,8 @@ impl Requester {
             undo: None,
             cwnd: INITIAL_WINDOW,
             heard: false,
+            heard_last: None,
+            heard_moving: false,
             busy_waits: 0,
             poll_waits: 0,
             ssthresh: RC_WINDOW,
@@ -215,8 +242,7 @@ impl Requester {
         self.guess = None;
         self.undo = None;
         self.cwnd = self.initial;
-        self.heard = false;
-        self.replay_heard = false;
+        self.forget_heard();
         self.ahead.clear();
         self.peer = PeerMode::Unknown;
         self.sel_resume = None;

@@ -26,6 +26,12 @@ const RTO_MAX_SHIFT: u8 = 6;
 /// Expiries in a row that a busy peer may pass over before the timeout counts.
 pub(super) const BUSY_WAITS: u8 = 8;
 
+/// The same, while the peer is heard moving forward between expiries (working through a
+/// replay, not repeating one answer): rdma_rxe on a loaded host can take longer than
+/// [`BUSY_WAITS`] backed-off timeouts to work through the replays queued before it, and an
+/// expiry that resends then only queues one more.
+pub(super) const BUSY_WAITS_MOVING: u8 = 64;
+
 /// ACK polls in a row that packets still in transit may put off (each by [`ACK_POLL_US`]).
 pub(super) const POLL_WAITS: u8 = 4;
 
@@ -175,7 +181,8 @@ where
         // SEND or WRITE packet, one request after another): a retransmission now would only
         // queue another replay behind them, and a slow peer (TCG, KASAN) then falls further
         // behind at every expiry until the retries run out. The expiry is passed over while
-        // such answers keep coming, [`BUSY_WAITS`] times in a row at most (a peer that only
+        // such answers keep coming, [`BUSY_WAITS`] times in a row at most, or
+        // [`BUSY_WAITS_MOVING`] while the answers move forward between expiries (a peer that only
         // ever repeats itself still ends in RETRY_EXC_ERR, later).
         // An expiry of the round-trip estimate, before the QP's `timeout` has run out: the
         // requester resends as a timeout would (a probe first, see `go_back_on_timeout`), but
@@ -202,7 +209,14 @@ where
             }
             self.req.due_us = None;
         }
-        if core::mem::take(&mut self.req.heard) && self.req.busy_waits < BUSY_WAITS {
+        let moving = core::mem::take(&mut self.req.heard_moving);
+        self.req.heard_last = None;
+        let patience = if moving {
+            BUSY_WAITS_MOVING
+        } else {
+            BUSY_WAITS
+        };
+        if core::mem::take(&mut self.req.heard) && self.req.busy_waits < patience {
             self.req.busy_waits += 1;
             self.stat(env, Stat::PeerBusyWaits, 1);
             self.update_timer(env, false);

@@ -842,3 +842,69 @@ fn a_peer_that_only_repeats_itself_still_runs_out_of_retries() {
     // one fails the WR.
     assert_eq!(fired, 8 + 8);
 }
+
+/// A with its READ's response 4 lost, the rest placed, and the re-read of the gap lost too.
+fn read_gap_reread_lost() -> (Pair, Vec<Vec<u8>>) {
+    let (mut p, resp) = read_answered(10);
+    for b in resp[..4].iter().chain(&resp[5..]) {
+        p.deliver(b, false);
+    }
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert_eq!(p.sa.out.len(), 1, "the gap is re-read");
+    p.sa.out.clear();
+    (p, resp)
+}
+
+#[test]
+fn a_peer_moving_through_replays_is_waited_for_past_eight_expiries() {
+    // rdma_rxe on a loaded host works through the full replays our earlier re-reads queued
+    // for longer than eight backed-off timeouts (a clean-clone `make test` of 2026-11-29
+    // failed B.corrupt2 so: a 54-byte READ behind a replaying rxe0 ended in RETRY_EXC_ERR
+    // after 13 timeouts, with 2,397 duplicate responses heard). A resend then only queues one
+    // more replay. While the answers move forward between expiries, the wait goes on.
+    let (mut p, resp) = read_gap_reread_lost();
+    for _ in 0..20 {
+        for b in &resp[6..] {
+            p.deliver(b, false);
+        }
+        p.a.retry_timer_expired(&mut p.sa);
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+        assert!(p.sa.out.is_empty(), "the peer is working: nothing sent");
+    }
+    assert_eq!(p.sa.stat(Stat::PeerBusyWaits), 20);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert!(p.sa.send_cq.is_empty());
+    // Silence: the next expiry re-reads the gap, and the READ completes.
+    p.a.retry_timer_expired(&mut p.sa);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert_eq!(p.sa.out.len(), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 1);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
+        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
+    );
+}
+
+#[test]
+fn a_peer_that_replays_forever_still_runs_out_of_retries() {
+    // Moving answers buy 64 expiries in a row at most; then each expiry spends a retry.
+    let (mut p, resp) = read_gap_reread_lost();
+    let mut fired = 0;
+    while p.sa.send_cq.is_empty() {
+        assert!(fired < 200, "bounded");
+        for b in &resp[6..] {
+            p.deliver(b, false);
+        }
+        p.a.retry_timer_expired(&mut p.sa);
+        p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+        p.sa.out.clear();
+        fired += 1;
+    }
+    assert_eq!(p.sa.stat(Stat::PeerBusyWaits), 64);
+    assert_eq!(statuses(&p.sa), vec![(1, wc_status::RETRY_EXC_ERR)]);
+    // The re-read of the gap spent one of the 7 retries: 6 are left for the expiries after
+    // the 64 passed over, and the next one fails the WR.
+    assert_eq!(fired, 64 + 7);
+}
