@@ -3,12 +3,13 @@
 #   make test   all tests: host (cargo), install (DKMS into a staging root) and VM
 #   make soak   RC under netem faults, >= 100 MiB per setting (long; not part of make test)
 #   make bench-loss   goodput under netem loss/reordering/duplication, rrxe and siw (issue 28)
+#   make bench-wire   rdma_rxe, rrxe and siw between two guests on one Ethernet link (issue 30)
 #   make bench-incast N senders into one receiver through a marking bottleneck, DCQCN on/off (issue 29)
 #   make fuzz   longer fuzz runs than make test's
 #   make scale  the control path at scale, rdma_rxe beside rrxe (not part of make test)
 #   make install / make uninstall   rrxe.ko through DKMS + the provider, on a 6.12 Rust kernel
 #                                   (KDIR=kernel tree, default the running kernel's; DESTDIR=)
-.PHONY: all build demo test test-host test-vm test-install bench bench-loss bench-incast scale soak fuzz deps kernel clean install uninstall
+.PHONY: all build demo test test-host test-vm test-install bench bench-loss bench-incast bench-wire scale soak fuzz deps kernel clean install uninstall
 
 all: build
 
@@ -33,6 +34,10 @@ test-vm: build
 
 bench:
 	scripts/bench
+
+# rdma_rxe, rrxe and siw on one wire: two bench guests joined by an Ethernet link (issue 30).
+bench-wire: build
+	scripts/bench-wire
 
 # The control path at scale, rdma_rxe beside rrxe: create/destroy rates, process exit holding
 # 10,000 QPs and 65,000 MRs, a 1 GiB MR (scripts/scale; not part of make test).
