@@ -173,7 +173,7 @@ def summarize(r, rate, secs):
         last = r.q[-1][1]
         # With `ecn`, red marks an ECN-capable packet where it would drop it: rrxe's packets
         # (all ECT) are lost only to the full queue (pdrop) or "other"; "early" drops are of
-        # packets that are not ECN-capable (ARP, IPv6 neighbour discovery).
+        # packets that are not ECN-capable (IPv6 neighbour discovery; ARP is pinned).
         s.update(drops=last["pdrop"] + last["other"], alldrops=last["dropped"], marks=last["marked"],
                  early=last["early"], pdrop=last["pdrop"])
     srtts = [v[1] for t, m in r.r if w0 <= t <= w1 for v in m.values() if v[1] is not None]
@@ -255,7 +255,7 @@ def main():
     print("Figures over the measured window (the last 2/3 of each run); drops and marks over the whole run:")
     print("RoCE drops are red's full-queue drops (with `ecn` red marks an ECN-capable packet instead of")
     print("dropping it, and rrxe's are all ECN-capable); `+ not ECT`: the packets red dropped early because")
-    print("they were not ECN-capable (ARP, IPv6 neighbour discovery), not rrxe's.")
+    print("they were not ECN-capable (IPv6 neighbour discovery; not ARP: the neighbours are pinned), not rrxe's.")
     print("Queueing delay: the bottleneck's backlog samples divided by its rate; srtt: the senders' "
           "smoothed RTT (rrxe's own estimate), median of the samples.\n")
     print("| N | CC | goodput Mb/s | of bottleneck | RoCE drops (+ not ECT) | ECN marks | queue delay mean / p95 ms | srtt ms | Jain | per sender Mb/s | CNPs | rate cuts |")
