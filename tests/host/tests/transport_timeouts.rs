@@ -772,6 +772,21 @@ fn read_answered(timeout: u8) -> (Pair, Vec<Vec<u8>>) {
     (p, resp)
 }
 
+/// After [`read_answered`]'s READ lost a response: an expiry after silence is a timeout that
+/// re-reads the gap, and the READ then completes with B's bytes.
+fn silence_rereads_the_gap_and_completes(p: &mut Pair) {
+    p.a.retry_timer_expired(&mut p.sa);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    assert_eq!(p.sa.out.len(), 1);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 1);
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
+    assert_eq!(
+        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
+        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
+    );
+}
+
 #[test]
 fn a_busy_peer_gets_no_retransmission_while_it_answers() {
     // rdma_rxe answers a duplicate READ with a full replay, one request after another. A
@@ -809,16 +824,7 @@ fn a_busy_peer_gets_no_retransmission_while_it_answers() {
     assert_eq!(p.sa.stat(Stat::Timeouts), 0);
     assert!(p.sa.retry_timer.is_some(), "the timer runs on");
     // Silence since: the next expiry re-reads from the gap.
-    p.a.retry_timer_expired(&mut p.sa);
-    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
-    assert_eq!(p.sa.out.len(), 1);
-    assert_eq!(p.sa.stat(Stat::Timeouts), 1);
-    p.run();
-    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
-    assert_eq!(
-        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
-        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
-    );
+    silence_rereads_the_gap_and_completes(&mut p);
 }
 
 #[test]
@@ -875,16 +881,7 @@ fn a_peer_moving_through_replays_is_waited_for_past_eight_expiries() {
     assert_eq!(p.sa.stat(Stat::Timeouts), 0);
     assert!(p.sa.send_cq.is_empty());
     // Silence: the next expiry re-reads the gap, and the READ completes.
-    p.a.retry_timer_expired(&mut p.sa);
-    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
-    assert_eq!(p.sa.out.len(), 1);
-    assert_eq!(p.sa.stat(Stat::Timeouts), 1);
-    p.run();
-    assert_eq!(statuses(&p.sa), vec![(1, 0)]);
-    assert_eq!(
-        bytes(&p.sa, 0x200, 0x2000_0000, 16 * 1024),
-        bytes(&p.sb, 0x100, 0x1000_0000, 16 * 1024)
-    );
+    silence_rereads_the_gap_and_completes(&mut p);
 }
 
 #[test]
