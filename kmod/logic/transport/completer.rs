@@ -316,7 +316,15 @@ where
                 self.ack_through(env, psn.wrapping_sub(1));
                 // A NAK for a gap this retry already covers (a duplicate, or one that crossed
                 // our retransmission) changes nothing.
-                if self.state == QpState::Err || self.req.retrying {
+                if self.state == QpState::Err {
+                    return;
+                }
+                if self.req.retrying {
+                    // Unless it repeats the NAK that the packets sent alone answered, long
+                    // enough ago for them to have been lost.
+                    if self.resend_again(env, psn) {
+                        self.stat(env, Stat::SelectiveResends, 1);
+                    }
                     return;
                 }
                 // A NAK inside the packets being sent again alone crossed them.
@@ -334,7 +342,7 @@ where
                 // A peer that places WRITE packets past the gap needs only the missing one
                 // (the window stays open); one that may not goes back N.
                 let sel = match self.selective_end(psn) {
-                    Some(end) if !go_back && self.req.acked == psn => self.resend_range(psn, end),
+                    Some(end) if !go_back && self.req.acked == psn => self.resend_range(env, psn, end),
                     _ => false,
                 };
                 if sel {

@@ -123,6 +123,8 @@ pub(super) struct Requester {
     /// The packets last sent again alone (first PSN, PSN after the last), until the answer
     /// that tells what the peer did with them.
     pub(super) sel_sent: Option<(Psn, Psn)>,
+    /// When `sel_sent` went out (on the [`Env::clock_us`] clock).
+    pub(super) sel_at_us: Option<u64>,
 }
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
@@ -227,6 +229,7 @@ impl Requester {
             peer: PeerMode::Unknown,
             sel_resume: None,
             sel_sent: None,
+            sel_at_us: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! peer that places packets past a gap cannot have placed, and the answers tell whether the
 //! peer places or goes back N (docs/reliability.md, "Selective resend, learnt").
 
-use super::{Engine, Resource, SqEntry, WrKind};
+use super::{Engine, Env, Resource, SqEntry, WrKind};
 use crate::logic::psn::Psn;
 use core::ops::DerefMut;
 
@@ -72,7 +72,7 @@ where
 
     /// Sends the packets from `psn` to before `end` again, and then goes on from where the
     /// requester stands (the window stays as it is).
-    pub(super) fn resend_range(&mut self, psn: Psn, end: Psn) -> bool {
+    pub(super) fn resend_range<E: Env>(&mut self, env: &mut E, psn: Psn, end: Psn) -> bool {
         let at = self.req.sel_resume.map_or(
             (
                 self.sq.next,
@@ -90,7 +90,29 @@ where
             self.req.sel_resume = Some((at.0, at.1, at.2, at.3, end));
         }
         self.req.sel_sent = Some((psn, end));
+        self.req.sel_at_us = env.clock_us();
         true
+    }
+
+    /// A sequence NAK for the packets last sent alone, again (a placing responder repeats its
+    /// NAK while packets keep arriving past the hole): if the resend has had a round trip to
+    /// arrive (the smoothed estimate), it or the first NAK was lost, and it goes out again,
+    /// within the episode (no retry spent, the window kept), instead of waiting for the
+    /// retransmit timer. Sooner, the NAK crossed it. Returns whether it was sent again.
+    pub(super) fn resend_again<E: Env>(&mut self, env: &mut E, psn: Psn) -> bool {
+        let Some((from, end)) = self.req.sel_sent else {
+            return false;
+        };
+        if from != psn || self.req.acked != psn || self.req.probe.is_some() {
+            return false;
+        }
+        let (Some(now), Some(at)) = (env.clock_us(), self.req.sel_at_us) else {
+            return false;
+        };
+        if self.req.srtt_us == 0 || now.wrapping_sub(at) < self.req.srtt_us {
+            return false;
+        }
+        self.resend_range(env, psn, end)
     }
 
     /// An acknowledgement arrived with (`sel`) or without the peer's announcement of

@@ -853,3 +853,109 @@ fn selective_recovery_resends_less_than_go_back_n() {
         assert!(sel.1 <= gbn.1, "{name}: {sel:?} vs {gbn:?}");
     }
 }
+
+/// B's answers since the last call, carried to A; returns how many were sequence NAKs.
+fn answers_to_a(p: &mut Pair) -> usize {
+    let answers = p.take_out(false);
+    let naks = answers.iter().filter(|b| is_seq_nak(b)).count();
+    for b in &answers {
+        p.deliver(b, false);
+    }
+    naks
+}
+
+#[test]
+fn a_lost_nak_is_repeated_while_packets_are_placed_past_its_hole() {
+    // One 64-packet WRITE, its 4th packet lost and B's NAK for it lost too: B repeats the NAK
+    // after RENAK_EVERY (16) more packets placed past the hole, and A sends the packet alone
+    // then, with no timeout (before, only the retransmit timer could end that silence).
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 64 * 256);
+    let pkts = send_held(&mut p, 64);
+    assert_eq!(pkts.len(), 64);
+    for b in &pkts[..8] {
+        if psn_of(b).get() != nth_psn(3) {
+            p.deliver(b, true);
+        }
+    }
+    let lost: Vec<_> = p.take_out(false);
+    assert_eq!(lost.iter().filter(|b| is_seq_nak(b)).count(), 1, "the first NAK (lost)");
+    // Packets 8..=20: 13 more placed (17 in all since the NAK, counting 4..=7: the 16th repeats).
+    let mut naks = 0;
+    for b in &pkts[8..21] {
+        p.deliver(b, true);
+        naks += answers_to_a(&mut p);
+    }
+    assert_eq!(naks, 1, "the NAK, again, after 16 packets placed past the hole");
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 1);
+    let resent = send_held(&mut p, 1);
+    assert_eq!(resent.len(), 1);
+    assert_eq!(psn_of(&resent[0]).get(), nth_psn(3), "the hole alone");
+    p.deliver(&resent[0], true);
+    for b in &pkts[21..] {
+        p.deliver(b, true);
+    }
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 1);
+    same_bytes(&p, 64 * 256);
+}
+
+#[test]
+fn a_lost_resend_goes_again_on_the_repeated_nak_once_a_round_trip_has_passed() {
+    // With a clock: the 4th packet of a 64-packet WRITE is lost, and so is its resend. B
+    // repeats its NAK while packets keep arriving past the hole; a repeat that comes within a
+    // round trip of the resend crossed it (nothing sent), one that comes later means it was
+    // lost: the packet goes out again alone, no retry spent, no timeout.
+    let mut p = Pair::new(QpType::Rc, 256);
+    p.sa.clock = true;
+    p.sb.clock = true;
+    post_writes(&mut p, 1, 256);
+    p.tick(2_000);
+    p.run();
+    let srtt = p.a.details().srtt_us;
+    assert!(srtt > 0, "a round-trip sample");
+    post_writes(&mut p, 1, 64 * 256);
+    let pkts = send_held(&mut p, 64);
+    assert_eq!(pkts.len(), 64);
+    for b in &pkts[..8] {
+        if psn_of(b).get() != nth_psn(1 + 3) {
+            p.deliver(b, true);
+        }
+    }
+    assert_eq!(answers_to_a(&mut p), 1, "the NAK");
+    let resent = send_held(&mut p, 1);
+    assert_eq!(psn_of(&resent[0]).get(), nth_psn(1 + 3), "sent alone (and lost)");
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 1);
+    // 16 more placed, no time passed: the repeat crossed the resend.
+    let mut naks = 0;
+    for b in &pkts[8..24] {
+        p.deliver(b, true);
+        naks += answers_to_a(&mut p);
+    }
+    assert_eq!(naks, 1);
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 1, "not sent again within a round trip");
+    assert!(send_held(&mut p, 1).iter().all(|b| psn_of(b).get() != nth_psn(4)));
+    // A round trip later, 16 more placed: the repeat finds the resend lost.
+    p.tick(srtt + 1_000);
+    naks = 0;
+    for b in &pkts[24..40] {
+        p.deliver(b, true);
+        naks += answers_to_a(&mut p);
+    }
+    assert_eq!(naks, 1);
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 2);
+    let again = send_held(&mut p, 1);
+    assert_eq!(psn_of(&again[0]).get(), nth_psn(4), "the hole, alone, again");
+    p.deliver(&again[0], true);
+    for b in &pkts[40..] {
+        p.deliver(b, true);
+    }
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0), (0, 0)]);
+    assert_eq!(p.sa.stat(Stat::Timeouts), 0);
+    assert_eq!(p.sa.stat(Stat::RtoExpiries), 0);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 2);
+    assert_eq!(p.a.details().retry_left, 7, "the episode spent one retry");
+}

@@ -22,7 +22,7 @@ use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
     qp_state::{QpState, QpType},
-    wire::{self, Aeth, NakCode, Packet},
+    wire::{self, Aeth, Packet},
 };
 use core::ops::DerefMut;
 
@@ -459,8 +459,7 @@ where
         }
         self.resp.nak_sent = false;
         if self.resp.ahead.any_placed() {
-            let e = self.resp.epsn;
-            self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
+            self.nak_gap(true);
         } else {
             self.resp.ack_pending = Some(self.resp.epsn.wrapping_sub(1));
         }

@@ -145,6 +145,10 @@ pub(super) struct Responder<R> {
     /// A NAK for `epsn` (sequence or RNR) was sent or is queued: later packets are dropped
     /// silently until `epsn` arrives (the requester's timer covers a lost NAK).
     nak_sent: bool,
+    /// After a sequence NAK to a requester that announced placement: packets placed past
+    /// the hole since that NAK was sent (`None`: no such NAK outstanding). Every
+    /// [`RENAK_EVERY`] of them the NAK is sent again (see [`Engine::rx_request`]).
+    gap_placed: Option<u32>,
     /// UC: drop packets until the next first/only.
     uc_drop: bool,
     /// PSN to acknowledge once nothing is owed.
@@ -165,6 +169,12 @@ pub(super) struct Responder<R> {
     /// an in-order request or a refused duplicate.
     sweep_next: Option<(Psn, bool)>,
 }
+
+/// A sequence NAK is repeated after this many packets placed past its hole: the requester
+/// goes on sending while a hole is open, so the hole's NAK or its resend, when lost (each one
+/// time in ten at 10% loss), is asked for again within a round trip or so, not after a
+/// retransmit timeout of at least 10 ms in which the requester fills its window and stops.
+pub(super) const RENAK_EVERY: u32 = 16;
 
 /// Re-acknowledgements after a retransmission episode, at most.
 pub(super) const REACK_TRIES: u8 = 4;
@@ -200,6 +210,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
             place_ahead: true,
             nak_answered: false,
             nak_sent: false,
+            gap_placed: None,
             uc_drop: false,
             ack_pending: None,
             nak_pending: None,
@@ -225,6 +236,7 @@ impl<R: DerefMut<Target = [Resource]>> Responder<R> {
         self.recv = None;
         self.ahead.clear();
         self.nak_sent = false;
+        self.gap_placed = None;
         self.uc_drop = false;
         self.ack_pending = None;
         self.nak_pending = None;
@@ -423,8 +435,19 @@ where
     }
 
     /// A sequence or RNR NAK for `epsn`: sent after the responses owed for lower PSNs.
+    /// A sequence NAK for the expected PSN; `repeat`: the requester announced placement, and
+    /// the NAK is sent again while packets keep being placed past the hole.
+    pub(super) fn nak_gap(&mut self, repeat: bool) {
+        let e = self.resp.epsn;
+        self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
+        if repeat {
+            self.resp.gap_placed = Some(0);
+        }
+    }
+
     fn defer_nak(&mut self, psn: Psn, aeth: Aeth) {
         self.resp.nak_sent = true;
+        self.resp.gap_placed = None;
         self.resp.ack_pending = None;
         self.resp.nak_pending = Some((psn, aeth));
     }
@@ -637,15 +660,26 @@ where
                 self.stat(env, Stat::OutOfSeqRequests, 1);
                 // Only for a requester that announced it takes the ACK that then jumps (an
                 // IBTA requester, rdma_rxe's, may not: it gets go-back-N).
-                if self.resp.place_ahead
-                    && pkt.bth().sel
-                    && self.place_ahead(env, pkt) == Ahead::Duplicate
-                {
-                    self.stat(env, Stat::DuplicateRequests, 1);
-                }
+                let placing = self.resp.place_ahead && pkt.bth().sel;
+                let placed = placing
+                    && match self.place_ahead(env, pkt) {
+                        Ahead::Placed => true,
+                        Ahead::Duplicate => {
+                            self.stat(env, Stat::DuplicateRequests, 1);
+                            false
+                        }
+                        Ahead::Dropped => false,
+                    };
                 if !self.resp.nak_sent {
-                    let e = self.resp.epsn;
-                    self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
+                    self.nak_gap(placing);
+                } else if placed {
+                    // The NAK again, every RENAK_EVERY packets placed past its hole.
+                    if let Some(n) = self.resp.gap_placed.as_mut() {
+                        *n += 1;
+                        if *n >= RENAK_EVERY {
+                            self.nak_gap(true);
+                        }
+                    }
                 }
                 return;
             }
