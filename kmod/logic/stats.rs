@@ -125,10 +125,13 @@ pub enum Stat {
     /// deallocation): one only when a data-path reader held an entry of the object's table as
     /// the object left it, so an idle teardown of any number of objects adds none.
     TeardownGracePeriods,
+    /// Responder: hole reports sent (a sequence NAK for a hole past the first, to a requester
+    /// that announced it takes them; see `Bth::hole`).
+    HoleReports,
 }
 
 /// Number of counters.
-pub const COUNT: usize = Stat::TeardownGracePeriods as usize + 1;
+pub const COUNT: usize = Stat::HoleReports as usize + 1;
 
 /// Every counter, in index order.
 #[cfg_attr(MODULE, expect(dead_code))]
@@ -181,6 +184,7 @@ pub const ALL: [Stat; COUNT] = [
     Stat::OdpMisses,
     Stat::RateLimitedQps,
     Stat::TeardownGracePeriods,
+    Stat::HoleReports,
 ];
 
 /// The names `rdma statistic` shows, in index order (NUL-terminated for the kernel's
@@ -234,6 +238,7 @@ pub const NAMES: [&str; COUNT] = [
     "odp_misses\0",
     "rate_limited_qps\0",
     "teardown_grace_periods\0",
+    "hole_reports\0",
 ];
 
 impl Stat {

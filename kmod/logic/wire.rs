@@ -121,7 +121,7 @@ macro_rules! slice_codec {
 /// Byte 1 holds SE, M, PadCnt (2 bits) and TVer (4 bits); byte 4 (`resv8a` in IBTA, where
 /// RoCEv2 puts FECN and BECN) precedes the 24-bit DestQP; byte 8 holds AckReq and 7 reserved
 /// bits before the 24-bit PSN. Reserved bits decode as ignored and encode as 0, except the
-/// first of byte 8's ([`Bth::sel`], rrxe's announcement of selective recovery).
+/// first two of byte 8's ([`Bth::sel`] and [`Bth::hole`], rrxe's selective recovery).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bth {
     /// OpCode.
@@ -152,6 +152,12 @@ pub struct Bth {
     /// receiver; rdma_rxe 6.12 never reads it), so a peer that does not know it ignores it
     /// and never sets it.
     pub sel: bool,
+    /// rrxe's hole reports, in the second reserved bit after AckReq (byte 8, bit 5). On an RC
+    /// request: this requester takes hole reports. On a sequence NAK (to such a requester
+    /// only): a hole report, which names a PSN missing past the first hole, with packets after
+    /// it placed; unlike a NAK it acknowledges nothing before that PSN (docs/reliability.md,
+    /// "Hole reports"). Reserved in IBTA, like [`Bth::sel`].
+    pub hole: bool,
     /// Packet sequence number.
     pub psn: Psn,
 }
@@ -171,11 +177,13 @@ impl Bth {
             dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
             ack_req: b[8] & 0x80 != 0,
             sel: b[8] & 0x40 != 0,
+            hole: b[8] & 0x20 != 0,
             psn: Psn::from_masked(u32::from_be_bytes([0, b[9], b[10], b[11]])),
         }
     }
 
-    /// Encodes the BTH (reserved bits 0 but [`Bth::sel`], over-wide fields truncated).
+    /// Encodes the BTH (reserved bits 0 but [`Bth::sel`] and [`Bth::hole`], over-wide fields
+    /// truncated).
     pub fn to_bytes(self) -> [u8; BTH_LEN] {
         let flags = (self.se as u8) << 7
             | (self.mig as u8) << 6
@@ -193,7 +201,7 @@ impl Bth {
             qp[1],
             qp[2],
             qp[3],
-            (self.ack_req as u8) << 7 | (self.sel as u8) << 6,
+            (self.ack_req as u8) << 7 | (self.sel as u8) << 6 | (self.hole as u8) << 5,
             psn[1],
             psn[2],
             psn[3],

@@ -287,6 +287,13 @@ where
             self.stat(env, Stat::RxBadHeaders, 1);
             return;
         };
+        if pkt.bth().hole {
+            // Acknowledges nothing: not an answer in sequence.
+            if !self.rx_hole_report(env, psn, aeth) {
+                self.stat(env, Stat::RxBadResponses, 1);
+            }
+            return;
+        }
         self.hear_peer(pkt.bth().sel);
         match aeth.syndrome() {
             Syndrome::Ack { .. } => {
@@ -312,7 +319,7 @@ where
             }
             Syndrome::Nak(NakCode::PsnSeqError) => {
                 self.stat(env, Stat::SeqNaksRcvd, 1);
-                let go_back = self.learn_peer(psn, true);
+                self.learn_peer(psn, true);
                 self.ack_through(env, psn.wrapping_sub(1));
                 // A NAK for a gap this retry already covers (a duplicate, or one that crossed
                 // our retransmission) changes nothing.
@@ -342,7 +349,7 @@ where
                 // A peer that places WRITE packets past the gap needs only the missing one
                 // (the window stays open); one that may not goes back N.
                 let sel = match self.selective_end(psn) {
-                    Some(end) if !go_back && self.req.acked == psn => self.resend_range(env, psn, end),
+                    Some(end) if self.req.acked == psn => self.resend_range(env, psn, end),
                     _ => false,
                 };
                 if sel {

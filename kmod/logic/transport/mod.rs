@@ -123,6 +123,17 @@ pub const INITIAL_WINDOW: u32 = 16;
 pub const READ_BURST: u32 = 128;
 /// The requester asks for an ACK at least every this many packets.
 pub const ACK_REQ_EVERY: u32 = 16;
+
+/// A placing responder repeats its sequence NAK after this many packets placed past the hole:
+/// the requester goes on sending while a hole is open, so the hole's NAK or its resend, when
+/// lost (each one time in ten at 10% loss), is asked for again within about a round trip, not
+/// after a retransmit timeout of at least 10 ms in which the requester fills its window.
+pub const RENAK_EVERY: u32 = 8;
+
+/// A placing responder reports a PSN missing past the first hole once the packet this many
+/// PSNs after it has been placed: packets reordered by less are not reported (each report of
+/// one only reordered costs a packet sent twice).
+pub const HOLE_AFTER: u32 = 8;
 /// How long an unsignaled tail that never asked for an ACK waits before the requester asks
 /// (an ACK poll; at most the retransmit timeout). Two jiffies at HZ 250: a stream that keeps
 /// asking every [`ACK_REQ_EVERY`] packets never waits this long between asks.

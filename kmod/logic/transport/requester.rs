@@ -3,8 +3,11 @@
 //! when the completer or the timer (`timer.rs`) says packets were lost.
 
 use super::{
-    ahead::ReadAhead, opcode, selective::PeerMode, transport_of, wc_status, wqe, Config, Dest,
-    Emit, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_REQ_EVERY, INITIAL_WINDOW, RC_WINDOW,
+    ahead::ReadAhead,
+    opcode,
+    selective::{Holes, PeerMode},
+    transport_of, wc_status, wqe, Config, Dest, Emit, Engine, Env, Resource, SqEntry, Stat, WrKind,
+    ACK_REQ_EVERY, INITIAL_WINDOW, RC_WINDOW,
 };
 use crate::logic::{
     opcode::{Position, Transport},
@@ -125,6 +128,8 @@ pub(super) struct Requester {
     pub(super) sel_sent: Option<(Psn, Psn)>,
     /// When `sel_sent` went out (on the [`Env::clock_us`] clock).
     pub(super) sel_at_us: Option<u64>,
+    /// Reported holes to send alone next ([`Holes`]).
+    pub(super) holes: Holes,
 }
 
 /// The slow-start threshold never falls below this: a go-back-N window of a few packets costs
@@ -230,6 +235,7 @@ impl Requester {
             sel_resume: None,
             sel_sent: None,
             sel_at_us: None,
+            holes: Holes::default(),
         }
     }
 
@@ -250,6 +256,7 @@ impl Requester {
         self.peer = PeerMode::Unknown;
         self.sel_resume = None;
         self.sel_sent = None;
+        self.holes.clear();
         self.busy_waits = 0;
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;
@@ -551,6 +558,7 @@ where
                         self.req.psn = at;
                         self.req.rd_atomic = rd_atomic;
                     }
+                    self.next_hole(env);
                 }
             }
             if emitted == Emit::Congested {
@@ -724,8 +732,10 @@ where
             pkey: BTH_DEF_PKEY,
             dest_qp,
             ack_req,
-            // An RC requester announces that it takes an ACK jumping past what it resent.
+            // An RC requester announces that it takes an ACK jumping past what it resent, and
+            // hole reports.
             sel: cfg.qp_type == QpType::Rc,
+            hole: cfg.qp_type == QpType::Rc,
             psn,
             ..Bth::default()
         });

@@ -3,8 +3,9 @@
 //! peer that places packets past a gap cannot have placed, and the answers tell whether the
 //! peer places or goes back N (docs/reliability.md, "Selective resend, learnt").
 
-use super::{Engine, Env, Resource, SqEntry, WrKind};
+use super::{Engine, Env, Resource, SqEntry, Stat, WrKind};
 use crate::logic::psn::Psn;
+use crate::logic::wire::{Aeth, NakCode, Syndrome};
 use core::ops::DerefMut;
 
 /// What the requester knows of the peer's responder: whether it places RDMA WRITE packets
@@ -22,6 +23,49 @@ pub enum PeerMode {
     Places,
     /// It did not announce it (or answered as if it drops what follows a gap): go back N.
     GoBackN,
+}
+
+/// Hole reports kept while packets sent alone before them are still going out.
+pub(super) const HOLES: usize = 16;
+
+/// Reported holes waiting to be sent alone, oldest first (bounded: a report that finds the
+/// queue full is dropped; its hole becomes the first one in time and is NAKed then).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Holes {
+    psn: [Psn; HOLES],
+    len: usize,
+}
+
+impl Default for Holes {
+    fn default() -> Self {
+        Holes {
+            psn: [Psn::ZERO; HOLES],
+            len: 0,
+        }
+    }
+}
+
+impl Holes {
+    fn push(&mut self, p: Psn) {
+        if self.len < HOLES && !self.psn[..self.len].contains(&p) {
+            self.psn[self.len] = p;
+            self.len += 1;
+        }
+    }
+
+    fn pop(&mut self) -> Option<Psn> {
+        if self.len == 0 {
+            return None;
+        }
+        let p = self.psn[0];
+        self.psn.copy_within(1..self.len, 0);
+        self.len -= 1;
+        Some(p)
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.len = 0;
+    }
 }
 
 impl<B, M, R> Engine<B, M, R>
@@ -109,10 +153,82 @@ where
         let (Some(now), Some(at)) = (env.clock_us(), self.req.sel_at_us) else {
             return false;
         };
-        if self.req.srtt_us == 0 || now.wrapping_sub(at) < self.req.srtt_us {
+        // A round trip and some of its variation: a resend that waited behind a queue is late,
+        // not lost (a duplicate costs a packet, a miss the timer).
+        let rt = self.req.srtt_us + 2 * self.req.rttvar_us;
+        if self.req.srtt_us == 0 || now.wrapping_sub(at) < rt {
             return false;
         }
         self.resend_range(env, psn, end)
+    }
+
+    /// An early expiry of the round-trip estimate, with a peer that places: the oldest
+    /// unacknowledged packet (a WRITE's middle or last packet, or a first packet with its
+    /// message) goes out again alone, and the window stays as it is. Returns false where this
+    /// does not apply (the caller then probes as a timeout does).
+    pub(super) fn resend_oldest_alone<E: Env>(&mut self, env: &mut E) -> bool {
+        let p = self.req.acked;
+        match self.selective_end(p) {
+            Some(end) => self.resend_range(env, p, end),
+            None => false,
+        }
+    }
+
+    /// A hole report for `psn` (see [`Bth::hole`](crate::logic::wire::Bth::hole)): a
+    /// placing peer misses `psn`, past the first hole (which its sequence NAK names), and
+    /// placed what followed. The packet (a first packet with its message) goes out again
+    /// alone at once, within no episode: no retry spent, the window kept, nothing
+    /// acknowledged; while other packets sent alone are still going out, after them
+    /// ([`Holes`]).
+    /// Returns false for a report that cannot be one (not a sequence NAK, a PSN never sent,
+    /// a peer that did not announce placement); one for a PSN acknowledged since is stale
+    /// (it crossed the acknowledgement) and changes nothing.
+    pub(super) fn rx_hole_report<E: Env>(&mut self, env: &mut E, psn: Psn, aeth: Aeth) -> bool {
+        if !matches!(aeth.syndrome(), Syndrome::Nak(NakCode::PsnSeqError))
+            || self.req.peer != PeerMode::Places
+            || !psn.before(self.req.high)
+        {
+            return false;
+        }
+        if !psn.after(self.req.acked) {
+            return true;
+        }
+        if self
+            .req
+            .sel_sent
+            .is_some_and(|(from, end)| !psn.before(from) && psn.before(end))
+        {
+            return true;
+        }
+        if self.req.sel_resume.is_some() {
+            self.req.holes.push(psn);
+            return true;
+        }
+        self.resend_hole(env, psn);
+        true
+    }
+
+    /// Sends `psn` alone (with its message, for a first packet) if it still can be.
+    fn resend_hole<E: Env>(&mut self, env: &mut E, psn: Psn) -> bool {
+        if psn.before(self.req.acked) || !psn.before(self.req.high) {
+            return false;
+        }
+        match self.selective_end(psn) {
+            Some(end) if self.resend_range(env, psn, end) => {
+                self.stat(env, Stat::SelectiveResends, 1);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The packets sent alone went out: the next reported hole, if one is waiting.
+    pub(super) fn next_hole<E: Env>(&mut self, env: &mut E) {
+        while let Some(p) = self.req.holes.pop() {
+            if self.resend_hole(env, p) {
+                return;
+            }
+        }
     }
 
     /// An acknowledgement arrived with (`sel`) or without the peer's announcement of
@@ -126,26 +242,20 @@ where
         };
     }
 
-    /// An ACK (`nak` false) or sequence NAK for `psn` arrived after a selective resend.
-    /// Returns true when this episode must go back N: a NAK for exactly the packet after what
-    /// was sent alone, which the peer could not place either (lost too, or a packet it never
-    /// places, such as a SEND): a run that one packet per round trip would recover slowly.
-    pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) -> bool {
+    /// An ACK (`nak` false) or sequence NAK for `psn` arrived after a selective resend: one
+    /// whose expected PSN jumped past what was sent alone (the peer had placed the rest), or a
+    /// NAK for exactly the packet after it (lost too: a run of losses, whose next packet the
+    /// NAK handler then sends alone in turn), ends that resend. Going back N for a run, as
+    /// before, resent the whole window (up to 512 packets, most of them placed already) and
+    /// halved it.
+    pub(super) fn learn_peer(&mut self, psn: Psn, nak: bool) {
         let Some((_, end)) = self.req.sel_sent else {
-            return false;
+            return;
         };
         // An ACK names the last PSN received in order, a NAK the expected one.
         let expected = if nak { psn } else { psn.next() };
-        if expected.after(end) {
-            // Its expected PSN jumped past what it was sent again: it had placed the rest.
+        if expected.after(end) || (nak && expected == end) {
             self.req.sel_sent = None;
-            return false;
         }
-        if !nak || expected != end {
-            // The packet itself acknowledged, or a NAK for it again: nothing learnt yet.
-            return false;
-        }
-        self.req.sel_sent = None;
-        true
     }
 }

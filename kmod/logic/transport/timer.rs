@@ -197,7 +197,11 @@ where
                 if !core::mem::take(&mut self.req.replay_heard) {
                     self.stat(env, Stat::RtoExpiries, 1);
                     self.req.retrying = false;
-                    self.go_back_on_timeout();
+                    if self.resend_oldest_alone(env) {
+                        self.stat(env, Stat::SelectiveResends, 1);
+                    } else {
+                        self.go_back_on_timeout();
+                    }
                 }
                 self.req.early = (self.req.early + 1).min(RTO_MAX_SHIFT);
                 let rto = self.req.rto_us().unwrap_or(RTO_MIN_US) << self.req.early;
@@ -246,6 +250,7 @@ where
         // Only the first timeout of an episode can be undone (a later one follows a probe that
         // went unanswered, or a guess that was wrong).
         let first = self.req.probe.is_none() && self.req.guess.is_none();
+        self.req.holes.clear();
         self.req.shrink_window(true);
         let p = self.req.acked;
         self.rewind(p);

@@ -106,8 +106,7 @@ fn the_window_grows_back_slowly_above_the_threshold() {
 fn a_lost_tail_is_resent_at_the_round_trip_estimate_without_spending_a_retry() {
     // With a clock, a QP whose `timeout` is 18 (1.07 s) recovers a lost last packet after
     // a few RTO_MIN, not after seconds; the early expiries spend no retry and are no timeouts.
-    // (Two of them, as two timeouts without a clock: the first probes with the WR's first
-    // packet, whose answer cannot tell a lost tail from a late one; the second goes back.)
+    // (One: with a peer that places, the expiry sends the oldest unacknowledged packet alone.)
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 18);
     p.sa.clock = true;
     p.sb.clock = true;
@@ -130,7 +129,9 @@ fn a_lost_tail_is_resent_at_the_round_trip_estimate_without_spending_a_retry() {
         "recovered after {waited} ms (timeout 18 is 1,073 ms)"
     );
     assert_eq!(p.sa.stat(Stat::Timeouts), 0);
-    assert_eq!(p.sa.stat(Stat::RtoExpiries), 2);
+    // One: the early expiry sends the lost packet alone to a peer that places (a probe first,
+    // then a go-back, took two).
+    assert_eq!(p.sa.stat(Stat::RtoExpiries), 1);
     assert_eq!(p.a.details().retry_left, 7);
 }
 
@@ -460,10 +461,9 @@ fn several_holes_in_a_window_are_each_resent_alone() {
 }
 
 #[test]
-fn a_run_of_losses_goes_back_n_for_that_episode_only() {
-    // Packets 30 and 31 lost: 30 is sent again alone, and the NAK that then asks for 31 shows
-    // a run of losses, which that episode recovers by going back N (one packet per round trip
-    // would be slower). The peer stays a placing one: the next hole is resent alone.
+fn a_run_of_losses_is_resent_packet_by_packet_and_keeps_the_window() {
+    // Packets 30 and 31 lost: 30 is sent again alone, and the NAK that then asks for 31 (a
+    // run of losses) has 31 sent alone in turn, not the whole window again; the window stays.
     let mut p = Pair::new(QpType::Rc, 256);
     post_writes(&mut p, 4, 32 * 256);
     drop_first_sends(&mut p, &[30, 31, 100]);
@@ -471,8 +471,9 @@ fn a_run_of_losses_goes_back_n_for_that_episode_only() {
     assert_eq!(statuses(&p.sa), vec![(0, 0), (1, 0), (2, 0), (3, 0)]);
     assert_eq!(p.timeouts, 0);
     assert_eq!(p.a.details().peer, PeerMode::Places);
-    assert_eq!(p.sa.stat(Stat::SelectiveResends), 2, "30 and 100");
-    assert!(p.sa.stat(Stat::Retransmits) > 3, "31 went back N");
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 3, "30, 31 and 100");
+    assert_eq!(p.sa.stat(Stat::Retransmits), 3, "the lost packets only");
+    assert_eq!(p.a.details().cwnd, RC_WINDOW, "the window stays open");
     same_bytes(&p, 4 * 32 * 256);
 }
 
@@ -797,6 +798,9 @@ fn an_rnr_nak_for_the_packet_before_placed_writes_is_kept() {
 /// over a faulty wire, against a placing (`place`) or go-back-N responder.
 fn write_cost(f: Faults, seed: u64, place: bool) -> (u64, u64, u32) {
     let mut p = Pair::new(QpType::Rc, 1024).faulty(f, seed);
+    // The clock the kernel's engine has: the round-trip estimate times the retransmit timer.
+    p.sa.clock = true;
+    p.sb.clock = true;
     p.b.set_place_ahead(place);
     post_writes(&mut p, 32, 16 * 1024);
     p.run();
@@ -867,8 +871,9 @@ fn answers_to_a(p: &mut Pair) -> usize {
 #[test]
 fn a_lost_nak_is_repeated_while_packets_are_placed_past_its_hole() {
     // One 64-packet WRITE, its 4th packet lost and B's NAK for it lost too: B repeats the NAK
-    // after RENAK_EVERY (16) more packets placed past the hole, and A sends the packet alone
-    // then, with no timeout (before, only the retransmit timer could end that silence).
+    // after RENAK_EVERY more packets placed past the hole, and A sends the packet alone then,
+    // with no timeout (before, only the retransmit timer could end that silence).
+    let r = RENAK_EVERY as usize;
     let mut p = Pair::new(QpType::Rc, 256);
     post_writes(&mut p, 1, 64 * 256);
     let pkts = send_held(&mut p, 64);
@@ -879,20 +884,27 @@ fn a_lost_nak_is_repeated_while_packets_are_placed_past_its_hole() {
         }
     }
     let lost: Vec<_> = p.take_out(false);
-    assert_eq!(lost.iter().filter(|b| is_seq_nak(b)).count(), 1, "the first NAK (lost)");
-    // Packets 8..=20: 13 more placed (17 in all since the NAK, counting 4..=7: the 16th repeats).
+    assert_eq!(
+        lost.iter().filter(|b| is_seq_nak(b)).count(),
+        1,
+        "the first NAK (lost)"
+    );
+    // Counted from the packet after the one that was NAKed (4..=7 placed: 3 counted).
     let mut naks = 0;
-    for b in &pkts[8..21] {
+    for b in &pkts[8..8 + r - 3] {
         p.deliver(b, true);
         naks += answers_to_a(&mut p);
     }
-    assert_eq!(naks, 1, "the NAK, again, after 16 packets placed past the hole");
+    assert_eq!(
+        naks, 1,
+        "the NAK, again, after RENAK_EVERY packets placed past the hole"
+    );
     assert_eq!(p.sa.stat(Stat::SelectiveResends), 1);
     let resent = send_held(&mut p, 1);
     assert_eq!(resent.len(), 1);
     assert_eq!(psn_of(&resent[0]).get(), nth_psn(3), "the hole alone");
     p.deliver(&resent[0], true);
-    for b in &pkts[21..] {
+    for b in &pkts[8 + r - 3..] {
         p.deliver(b, true);
     }
     p.run();
@@ -908,6 +920,8 @@ fn a_lost_resend_goes_again_on_the_repeated_nak_once_a_round_trip_has_passed() {
     // repeats its NAK while packets keep arriving past the hole; a repeat that comes within a
     // round trip of the resend crossed it (nothing sent), one that comes later means it was
     // lost: the packet goes out again alone, no retry spent, no timeout.
+    let r = RENAK_EVERY as usize;
+    let (a, b) = (8 + r - 3, 8 + 2 * r - 3);
     let mut p = Pair::new(QpType::Rc, 256);
     p.sa.clock = true;
     p.sb.clock = true;
@@ -926,30 +940,44 @@ fn a_lost_resend_goes_again_on_the_repeated_nak_once_a_round_trip_has_passed() {
     }
     assert_eq!(answers_to_a(&mut p), 1, "the NAK");
     let resent = send_held(&mut p, 1);
-    assert_eq!(psn_of(&resent[0]).get(), nth_psn(1 + 3), "sent alone (and lost)");
+    assert_eq!(
+        psn_of(&resent[0]).get(),
+        nth_psn(1 + 3),
+        "sent alone (and lost)"
+    );
     assert_eq!(p.sa.stat(Stat::SelectiveResends), 1);
-    // 16 more placed, no time passed: the repeat crossed the resend.
+    // RENAK_EVERY placed since the NAK, no time passed: the repeat crossed the resend.
     let mut naks = 0;
-    for b in &pkts[8..24] {
+    for b in &pkts[8..a] {
         p.deliver(b, true);
         naks += answers_to_a(&mut p);
     }
     assert_eq!(naks, 1);
-    assert_eq!(p.sa.stat(Stat::SelectiveResends), 1, "not sent again within a round trip");
-    assert!(send_held(&mut p, 1).iter().all(|b| psn_of(b).get() != nth_psn(4)));
-    // A round trip later, 16 more placed: the repeat finds the resend lost.
-    p.tick(srtt + 1_000);
+    assert_eq!(
+        p.sa.stat(Stat::SelectiveResends),
+        1,
+        "not sent again within a round trip"
+    );
+    assert!(send_held(&mut p, 1)
+        .iter()
+        .all(|b| psn_of(b).get() != nth_psn(4)));
+    // A round trip later, RENAK_EVERY more placed: the repeat finds the resend lost.
+    p.tick(3 * srtt + 1_000);
     naks = 0;
-    for b in &pkts[24..40] {
+    for b in &pkts[a..b] {
         p.deliver(b, true);
         naks += answers_to_a(&mut p);
     }
     assert_eq!(naks, 1);
     assert_eq!(p.sa.stat(Stat::SelectiveResends), 2);
     let again = send_held(&mut p, 1);
-    assert_eq!(psn_of(&again[0]).get(), nth_psn(4), "the hole, alone, again");
+    assert_eq!(
+        psn_of(&again[0]).get(),
+        nth_psn(4),
+        "the hole, alone, again"
+    );
     p.deliver(&again[0], true);
-    for b in &pkts[40..] {
+    for b in &pkts[b..] {
         p.deliver(b, true);
     }
     p.run();
@@ -958,4 +986,128 @@ fn a_lost_resend_goes_again_on_the_repeated_nak_once_a_round_trip_has_passed() {
     assert_eq!(p.sa.stat(Stat::RtoExpiries), 0);
     assert_eq!(p.sa.stat(Stat::Retransmits), 2);
     assert_eq!(p.a.details().retry_left, 7, "the episode spent one retry");
+}
+
+/// Whether `b` is a hole report.
+fn is_hole_report(b: &[u8]) -> bool {
+    Packet::parse(b).unwrap().bth().hole && is_seq_nak(b)
+}
+
+#[test]
+fn a_second_hole_is_reported_and_resent_without_waiting_for_the_first() {
+    // One 64-packet WRITE, packets 3 and 10 lost: B NAKs 3 (the first hole) and reports 10
+    // once packet 10 + HOLE_AFTER is placed; A sends both alone at once, side by side, not one
+    // per round trip.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 64 * 256);
+    let pkts = send_held(&mut p, 64);
+    assert_eq!(pkts.len(), 64);
+    assert!(pkts.iter().all(|b| Packet::parse(b).unwrap().bth().hole));
+    for b in &pkts {
+        let k = psn_of(b).get();
+        if k != nth_psn(3) && k != nth_psn(10) {
+            p.deliver(b, true);
+        }
+    }
+    let answers = p.take_out(false);
+    let reports: Vec<u32> = answers
+        .iter()
+        .filter(|b| is_hole_report(b))
+        .map(|b| psn_of(b).get())
+        .collect();
+    assert_eq!(reports, vec![nth_psn(10)]);
+    assert_eq!(p.sb.stat(Stat::HoleReports), 1);
+    // The NAKs (the first and its repeats) all name the first hole; the report is counted
+    // apart.
+    assert!(answers
+        .iter()
+        .filter(|b| is_seq_nak(b) && !is_hole_report(b))
+        .all(|b| psn_of(b).get() == nth_psn(3)));
+    for b in &answers {
+        p.deliver(b, false);
+    }
+    // The report acknowledged nothing: 3 is still the oldest unacknowledged PSN.
+    let resent: Vec<u32> = send_held(&mut p, 4)
+        .iter()
+        .map(|b| psn_of(b).get())
+        .collect();
+    assert_eq!(
+        resent,
+        vec![nth_psn(3), nth_psn(10)],
+        "both holes, alone, now"
+    );
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 2);
+    for k in [3, 10] {
+        let b = pkts.iter().find(|b| psn_of(b).get() == nth_psn(k)).unwrap();
+        p.deliver(b, true);
+    }
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(p.sa.stat(Stat::Retransmits), 2);
+    same_bytes(&p, 64 * 256);
+}
+
+#[test]
+fn holes_are_reported_only_to_a_requester_that_takes_reports() {
+    // The same two holes, from a requester whose packets announce placement but not hole
+    // reports (an rrxe of before the reports): B places, NAKs the first hole and reports
+    // nothing, which such a requester would take for a NAK acknowledging the first hole.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 64 * 256);
+    let pkts: Vec<Vec<u8>> = send_held(&mut p, 64)
+        .iter()
+        .map(|b| {
+            let mut v = b.clone();
+            v[8] &= !0x20;
+            v
+        })
+        .collect();
+    for b in &pkts {
+        let k = psn_of(b).get();
+        if k != nth_psn(3) && k != nth_psn(10) {
+            p.deliver(b, true);
+        }
+    }
+    let answers = p.take_out(false);
+    assert!(answers
+        .iter()
+        .all(|b| !Packet::parse(b).unwrap().bth().hole));
+    assert_eq!(p.sb.stat(Stat::HoleReports), 0);
+    assert!(
+        p.sb.stat(Stat::WritePacketsAhead) > 50,
+        "placed all the same"
+    );
+}
+
+#[test]
+fn a_hole_report_for_a_psn_not_in_flight_is_refused() {
+    // A report names a PSN the requester has not sent (or has had acknowledged): counted as a
+    // bad response, nothing sent, nothing acknowledged.
+    let mut p = Pair::new(QpType::Rc, 256);
+    post_writes(&mut p, 1, 8 * 256);
+    let pkts = send_held(&mut p, 8);
+    for b in &pkts[..4] {
+        p.deliver(b, true);
+    }
+    let answers = p.take_out(false);
+    for b in &answers {
+        p.deliver(b, false);
+    }
+    let mut report = answers
+        .iter()
+        .find(|b| Packet::parse(b).unwrap().aeth().is_some())
+        .expect("an ACK")
+        .clone();
+    // Far past what was sent, marked as a report, with a sequence-error syndrome.
+    report[8] |= 0x20;
+    report[9..12].copy_from_slice(&nth_psn(1000).to_be_bytes()[1..]);
+    report[12] = 0x60;
+    let bad = p.sa.stat(Stat::RxBadResponses);
+    p.deliver(&report, false);
+    assert!(p.sa.stat(Stat::RxBadResponses) > bad);
+    assert_eq!(p.sa.stat(Stat::SelectiveResends), 0);
+    assert!(send_held(&mut p, 8)
+        .iter()
+        .all(|b| !psn_of(b).before(psn_of(&pkts[4]))));
 }

@@ -32,6 +32,7 @@ fn bth_layout() {
         dest_qp: 0x00ab_cdef,
         ack_req: true,
         sel: false,
+        hole: false,
         psn: Psn::new(0x00fe_dcba).unwrap(),
     };
     assert_eq!(
@@ -43,12 +44,16 @@ fn bth_layout() {
     let s = Bth { sel: true, ..b };
     assert_eq!(s.to_bytes()[8], 0xc0);
     assert_eq!(Bth::from_bytes(&s.to_bytes()), s);
-    // The other reserved bits (resv6a, resv7's last six) are ignored on decode; over-wide
+    // Its hole reports the second (0x20).
+    let h = Bth { hole: true, ..b };
+    assert_eq!(h.to_bytes()[8], 0xa0);
+    assert_eq!(Bth::from_bytes(&h.to_bytes()), h);
+    // The other reserved bits (resv6a, resv7's last five) are ignored on decode; over-wide
     // fields are truncated.
-    let d = Bth::from_bytes(&[0x04, 0x0f, 0, 1, 0x3f, 0, 0, 2, 0x3f, 0, 0, 3]);
+    let d = Bth::from_bytes(&[0x04, 0x0f, 0, 1, 0x3f, 0, 0, 2, 0x1f, 0, 0, 3]);
     assert_eq!(
-        (d.tver, d.fecn, d.becn, d.dest_qp, d.ack_req, d.sel),
-        (15, false, false, 2, false, false)
+        (d.tver, d.fecn, d.becn, d.dest_qp, d.ack_req, d.sel, d.hole),
+        (15, false, false, 2, false, false, false)
     );
     assert!(Bth::from_bytes(&[0x04, 0, 0, 1, 0, 0, 0, 2, 0x40, 0, 0, 3]).sel);
     let wide = Bth {
@@ -350,9 +355,9 @@ prop_compose! {
                  tver in 0u8..16, pkey in any::<u16>(), fecn in any::<bool>(),
                  becn in any::<bool>(),
                  dest_qp in 0u32..=MASK24, ack_req in any::<bool>(), sel in any::<bool>(),
-                 psn in 0u32..=MASK24) -> Bth {
+                 hole in any::<bool>(), psn in 0u32..=MASK24) -> Bth {
         let psn = Psn::from_masked(psn);
-        Bth { opcode, se, mig, pad, tver, pkey, fecn, becn, dest_qp, ack_req, sel, psn }
+        Bth { opcode, se, mig, pad, tver, pkey, fecn, becn, dest_qp, ack_req, sel, hole, psn }
     }
 }
 
@@ -367,13 +372,13 @@ proptest! {
         prop_assert_eq!(Bth::decode(&buf), Some(b));
     }
 
-    /// Decoding then encoding reproduces the bytes, except the reserved bits (but `sel`), which
-    /// become 0.
+    /// Decoding then encoding reproduces the bytes, except the reserved bits (but `sel` and
+    /// `hole`), which become 0.
     #[test]
     fn bth_bytes_round_trip(b in any::<[u8; 12]>()) {
         let mut want = b;
         want[4] &= 0xc0;
-        want[8] &= 0xc0;
+        want[8] &= 0xe0;
         prop_assert_eq!(Bth::from_bytes(&b).to_bytes(), want);
     }
 

@@ -5,7 +5,8 @@
 
 use super::{
     access, cqe, flush, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit,
-    Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
+    Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, HOLE_AFTER,
+    MAX_MSG, RENAK_EVERY,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -169,12 +170,6 @@ pub(super) struct Responder<R> {
     /// an in-order request or a refused duplicate.
     sweep_next: Option<(Psn, bool)>,
 }
-
-/// A sequence NAK is repeated after this many packets placed past its hole: the requester
-/// goes on sending while a hole is open, so the hole's NAK or its resend, when lost (each one
-/// time in ten at 10% loss), is asked for again within a round trip or so, not after a
-/// retransmit timeout of at least 10 ms in which the requester fills its window and stops.
-pub(super) const RENAK_EVERY: u32 = 16;
 
 /// Re-acknowledgements after a retransmission episode, at most.
 pub(super) const REACK_TRIES: u8 = 4;
@@ -407,12 +402,25 @@ where
     }
 
     fn send_ack<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn, aeth: Aeth) -> Emit {
+        self.send_answer(env, scratch, psn, aeth, false)
+    }
+
+    /// An ACK or NAK; `hole`: a hole report (see [`Bth::hole`]).
+    fn send_answer<E: Env>(
+        &mut self,
+        env: &mut E,
+        scratch: &mut [u8],
+        psn: Psn,
+        aeth: Aeth,
+        hole: bool,
+    ) -> Emit {
         let mut h = Headers::new(Bth {
             opcode: opcode::RC_ACKNOWLEDGE,
             pkey: BTH_DEF_PKEY,
             dest_qp: self.cfg.dest_qpn,
             // Announces placement (to a requester that announced; others ignore the bit).
             sel: self.resp.place_ahead,
+            hole,
             psn,
             ..Bth::default()
         });
@@ -428,6 +436,7 @@ where
         match aeth.syndrome() {
             Syndrome::Ack { .. } => {}
             Syndrome::RnrNak { .. } => self.stat(env, Stat::RnrNaksSent, 1),
+            Syndrome::Nak(NakCode::PsnSeqError) if hole => self.stat(env, Stat::HoleReports, 1),
             Syndrome::Nak(NakCode::PsnSeqError) => self.stat(env, Stat::SeqNaksSent, 1),
             _ => self.stat(env, Stat::ErrNaksSent, 1),
         }
@@ -435,6 +444,24 @@ where
     }
 
     /// A sequence or RNR NAK for `epsn`: sent after the responses owed for lower PSNs.
+    /// A packet `psn` was placed past the first hole: the PSN [`HOLE_AFTER`] before it, if
+    /// still missing, is reported, once (each PSN is looked at when the packet that far past
+    /// it arrives). Only a packet of a WRITE whose first packet was placed (one that can be
+    /// placed when it comes); a lost first packet is left to the sequence NAK, when it is the
+    /// first hole.
+    fn report_hole<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn) {
+        let epsn = self.resp.epsn;
+        let q = psn.wrapping_sub(HOLE_AFTER);
+        if !q.after(epsn) || self.resp.ahead.has(epsn, q) {
+            return;
+        }
+        if !self.resp.ahead.find(q).is_some_and(|c| q != c.first) {
+            return;
+        }
+        let aeth = Aeth::nak(self.resp.msn, NakCode::PsnSeqError);
+        let _ = self.send_answer(env, scratch, q, aeth, true);
+    }
+
     /// A sequence NAK for the expected PSN; `repeat`: the requester announced placement, and
     /// the NAK is sent again while packets keep being placed past the hole.
     pub(super) fn nak_gap(&mut self, repeat: bool) {
@@ -673,6 +700,12 @@ where
                 if !self.resp.nak_sent {
                     self.nak_gap(placing);
                 } else if placed {
+                    if pkt.bth().hole {
+                        // The first hole is NAKed already; a PSN missing further on is
+                        // reported once packets well past it arrived, so that holes are filled
+                        // side by side rather than one per round trip.
+                        self.report_hole(env, scratch, psn);
+                    }
                     // The NAK again, every RENAK_EVERY packets placed past its hole.
                     if let Some(n) = self.resp.gap_placed.as_mut() {
                         *n += 1;

@@ -383,6 +383,7 @@ impl Gen<'_> {
             dest_qp: qpn,
             ack_req: r.coin(),
             sel: r.coin(),
+            hole: r.coin(),
             psn: Psn::from_masked(psn),
         };
         let mut roce = Vec::with_capacity(hdr_len + paylen + 4);
