@@ -107,6 +107,14 @@
 # Only that signature (a burst from rxe0 whose first bad completion is a flush) is XFAIL; any
 # other failure of the check still fails.
 xfail_sig_stale_ack='burst [0-9]+ rxe0->rrxe1: .*: completion [0-9]+: wr_id [0-9]+ [A-Z_]+ Work Request Flushed Error'
+# The same bug when the WQE that rxe_completer fails is the READ itself: COMPST_ERROR
+# completes it with the status it still has, SUCCESS (hence the WARN), so rdma_rxe reports a
+# READ whose responses never all arrived as done, and the program finds its bytes wrong
+# (clean-clone run of 2026-11-29, sixth session, B.loss10: "WR 15 (RDMA_READ 6533 B) slot:
+# 4473 of 8640 bytes differ", the WARN in that step). XFAIL only when the kernel's W taint
+# (a WARN) appeared during that very program (WARN_ON_ONCE prints once per boot; a later
+# occurrence in the same boot fails).
+xfail_sig_stale_read='burst [0-9]+ rxe0->rrxe1: .*: WR [0-9]+ \(RDMA_READ [0-9]+ B\) slot: [0-9]+ of [0-9]+ bytes differ'
 #
 # Fixed (formerly XFAIL): ib_read_bw with rrxe1 as the client and rdma_rxe's rxe0 as the server
 # (-o 128, 16 KiB, mtu 1024) ended in IBV_WC_RETRY_EXC_ERR on a uniprocessor guest. perftest
@@ -142,7 +150,11 @@ modprobe crc32_generic 2>/dev/null
 sub() {
   local pre=$1; shift; local out rc p=0 f=0 xf=0 l x lines=()
   local stale="^FAIL (B\.(reorder|loss1|loss10|dup5|corrupt2)\.integrity\.rc\.two_devices): ($xfail_sig_stale_ack)"
+  local sread="^FAIL (B\.(reorder|loss1|loss10|dup5|corrupt2)\.integrity\.rc\.two_devices): ($xfail_sig_stale_read)"
+  local w0 w1
+  w0=$(( $(< /proc/sys/kernel/tainted) >> 9 & 1 ))
   out=$(timeout -k 5 "$T" "$@" 2>&1); rc=$?
+  w1=$(( $(< /proc/sys/kernel/tainted) >> 9 & 1 ))
   while IFS= read -r l; do
     [[ $l =~ ^[0-9]+\ passed,\ [0-9]+\ failed$ ]] && continue
     [[ $l =~ ^(PASS|FAIL|INFO|SKIP)\ (.*)$ ]] && l="${BASH_REMATCH[1]} $pre.${BASH_REMATCH[2]}"
@@ -153,6 +165,8 @@ sub() {
     fi
     if [ -z "${RRXE_REL_XFAIL+set}" ] && [[ $l =~ $stale ]]; then
       l="XFAIL ${BASH_REMATCH[1]} (suspected rdma_rxe 6.12 requester bug: a stale ACK inside a READ response, see the header): ${BASH_REMATCH[3]}${l:${#BASH_REMATCH[0]}}"
+    elif [ -z "${RRXE_REL_XFAIL+set}" ] && [ "$w0$w1" = 01 ] && [[ $l =~ $sread ]]; then
+      l="XFAIL ${BASH_REMATCH[1]} (rdma_rxe 6.12 requester bug: rxe_comp.c:827 WARNed in this step and completed the READ as SUCCESS, see the header): ${BASH_REMATCH[3]}${l:${#BASH_REMATCH[0]}}"
     fi
     case $l in "PASS "*) p=$((p + 1)) ;; "FAIL "*) f=$((f + 1)) ;; "XFAIL "*) xf=$((xf + 1)) ;; esac
     lines+=("$l")
