@@ -34,7 +34,7 @@ mod wqe;
 pub use self::responder::Resource;
 pub use self::selective::PeerMode;
 #[allow(unused_imports)]
-pub use self::timer::{RTO_MIN_PLACING_US, RTO_MIN_US};
+pub use self::timer::RTO_MIN_US;
 // The replay budget's refill period: for the host tests (the shell only supplies the clock).
 #[allow(unused_imports)]
 pub use self::responder::READ_REPLAY_REFILL_MS;

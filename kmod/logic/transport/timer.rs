@@ -6,7 +6,6 @@
 
 use super::{
     requester::{Probe, Requester, Undo},
-    selective::PeerMode,
     wc_status, Engine, Env, Resource, SqEntry, Stat, WrKind, ACK_POLL_US,
 };
 use crate::logic::qp_state::{QpState, QpType};
@@ -17,12 +16,6 @@ use core::ops::DerefMut;
 /// every 4 ms at HZ 250 and a TCG guest stalls its vCPUs for several milliseconds).
 pub const RTO_MIN_US: u64 = 10_000;
 
-/// The same floor with a peer that places packets past a gap (an rrxe responder, announced):
-/// an early expiry then sends one packet alone and keeps the window, so one that a stalled
-/// vCPU made spurious costs a packet, while one that a lost packet made real ends a silence
-/// that, at 10% loss, came 150 times in a 20,480-packet run. Just over a jiffy at HZ 250: the
-/// timer fires at the second tick at most.
-pub const RTO_MIN_PLACING_US: u64 = 5_000;
 
 /// The clock granularity G of RFC 6298 (a jiffy at HZ 250).
 pub(super) const RTO_GRANULARITY_US: u64 = 4_000;
@@ -45,23 +38,13 @@ pub(super) const POLL_WAITS: u8 = 4;
 
 impl Requester {
     /// The retransmission timeout the round-trip estimate gives (RFC 6298: SRTT + max(G,
-    /// 4 RTTVAR), at least [`RTO_MIN_US`], or [`RTO_MIN_PLACING_US`] with a placing peer);
-    /// `None` before the first sample.
+    /// 4 RTTVAR), at least [`RTO_MIN_US`]); `None` before the first sample.
     pub(super) fn rto_us(&self) -> Option<u64> {
         if self.srtt_us == 0 && self.rttvar_us == 0 {
             return None;
         }
         let v = self.srtt_us + (4 * self.rttvar_us).max(RTO_GRANULARITY_US);
-        Some(v.max(self.rto_min_us()))
-    }
-
-    /// The floor of [`Requester::rto_us`].
-    fn rto_min_us(&self) -> u64 {
-        if self.peer == PeerMode::Places {
-            RTO_MIN_PLACING_US
-        } else {
-            RTO_MIN_US
-        }
+        Some(v.max(RTO_MIN_US))
     }
 
     /// A round-trip sample of `r` microseconds (RFC 6298 section 2).

@@ -1111,23 +1111,3 @@ fn a_hole_report_for_a_psn_not_in_flight_is_refused() {
         .iter()
         .all(|b| !psn_of(b).before(psn_of(&pkts[4]))));
 }
-
-#[test]
-fn the_round_trip_timer_floor_is_lower_with_a_placing_peer() {
-    // The retransmit timer armed on the round-trip estimate (a short round trip: the floor
-    // rules): RTO_MIN_PLACING_US with a peer that places (an expiry sends one packet alone),
-    // RTO_MIN_US with a go-back-N peer (an expiry probes and closes the window).
-    for (place, floor) in [(true, RTO_MIN_PLACING_US), (false, RTO_MIN_US)] {
-        let mut p = Pair::with(QpType::Rc, 1024, |c| c.timeout = 18);
-        p.sa.clock = true;
-        p.sb.clock = true;
-        p.b.set_place_ahead(place);
-        post_writes(&mut p, 1, 1024);
-        p.run();
-        assert!(p.a.details().srtt_us < 1_000);
-        post_writes(&mut p, 1, 4 * 1024);
-        let pkts = send_held(&mut p, 4);
-        assert_eq!(pkts.len(), 4);
-        assert_eq!(p.sa.retry_timer, Some(floor), "place {place}");
-    }
-}
