@@ -16,7 +16,6 @@ use core::ops::DerefMut;
 /// every 4 ms at HZ 250 and a TCG guest stalls its vCPUs for several milliseconds).
 pub const RTO_MIN_US: u64 = 10_000;
 
-
 /// The clock granularity G of RFC 6298 (a jiffy at HZ 250).
 pub(super) const RTO_GRANULARITY_US: u64 = 4_000;
 
