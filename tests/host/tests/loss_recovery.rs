@@ -858,6 +858,25 @@ fn selective_recovery_resends_less_than_go_back_n() {
     }
 }
 
+/// Runs the pair to the end: the one 64-packet WRITE completed, no timeout, `resends` packets
+/// sent again, B's bytes A's.
+fn completes_with_resends(p: &mut Pair, resends: u64) {
+    p.run();
+    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
+    assert_eq!(p.timeouts, 0);
+    assert_eq!(p.sa.stat(Stat::Retransmits), resends);
+    same_bytes(p, 64 * 256);
+}
+
+/// Delivers A's packets `pkts` to B but those at the given offsets (`nth_psn`).
+fn deliver_all_but(p: &mut Pair, pkts: &[Vec<u8>], lost: &[u32]) {
+    for b in pkts {
+        if !lost.iter().any(|&k| psn_of(b).get() == nth_psn(k)) {
+            p.deliver(b, true);
+        }
+    }
+}
+
 /// B's answers since the last call, carried to A; returns how many were sequence NAKs.
 fn answers_to_a(p: &mut Pair) -> usize {
     let answers = p.take_out(false);
@@ -907,11 +926,7 @@ fn a_lost_nak_is_repeated_while_packets_are_placed_past_its_hole() {
     for b in &pkts[8 + r - 3..] {
         p.deliver(b, true);
     }
-    p.run();
-    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
-    assert_eq!(p.timeouts, 0);
-    assert_eq!(p.sa.stat(Stat::Retransmits), 1);
-    same_bytes(&p, 64 * 256);
+    completes_with_resends(&mut p, 1);
 }
 
 #[test]
@@ -1003,12 +1018,7 @@ fn a_second_hole_is_reported_and_resent_without_waiting_for_the_first() {
     let pkts = send_held(&mut p, 64);
     assert_eq!(pkts.len(), 64);
     assert!(pkts.iter().all(|b| Packet::parse(b).unwrap().bth().hole));
-    for b in &pkts {
-        let k = psn_of(b).get();
-        if k != nth_psn(3) && k != nth_psn(10) {
-            p.deliver(b, true);
-        }
-    }
+    deliver_all_but(&mut p, &pkts, &[3, 10]);
     let answers = p.take_out(false);
     let reports: Vec<u32> = answers
         .iter()
@@ -1041,11 +1051,7 @@ fn a_second_hole_is_reported_and_resent_without_waiting_for_the_first() {
         let b = pkts.iter().find(|b| psn_of(b).get() == nth_psn(k)).unwrap();
         p.deliver(b, true);
     }
-    p.run();
-    assert_eq!(statuses(&p.sa), vec![(0, 0)]);
-    assert_eq!(p.timeouts, 0);
-    assert_eq!(p.sa.stat(Stat::Retransmits), 2);
-    same_bytes(&p, 64 * 256);
+    completes_with_resends(&mut p, 2);
 }
 
 #[test]
@@ -1063,12 +1069,7 @@ fn holes_are_reported_only_to_a_requester_that_takes_reports() {
             v
         })
         .collect();
-    for b in &pkts {
-        let k = psn_of(b).get();
-        if k != nth_psn(3) && k != nth_psn(10) {
-            p.deliver(b, true);
-        }
-    }
+    deliver_all_but(&mut p, &pkts, &[3, 10]);
     let answers = p.take_out(false);
     assert!(answers
         .iter()

@@ -16,13 +16,13 @@
 use super::{Fault, InMsg, Resource};
 use crate::logic::transport::{
     access, cqe, wc_flags, wc_opcode, wc_status, Access, CqSel, Engine, Env, MemError, RecvTake,
-    SqEntry, Stat, MAX_MSG,
+    SqEntry, Stat, HOLE_AFTER, MAX_MSG, RENAK_EVERY,
 };
 use crate::logic::{
     opcode::{Operation, Position},
     psn::Psn,
     qp_state::{QpState, QpType},
-    wire::{self, Aeth, Packet},
+    wire::{self, Aeth, NakCode, Packet},
 };
 use core::ops::DerefMut;
 
@@ -462,6 +462,69 @@ where
             self.nak_gap(true);
         } else {
             self.resp.ack_pending = Some(self.resp.epsn.wrapping_sub(1));
+        }
+    }
+
+    /// A request past the expected PSN (a gap): placed when it can be (a WRITE packet from a
+    /// requester that announced it takes the ACK that then jumps; an IBTA requester, rdma_rxe's,
+    /// may not: it gets go-back-N), the gap NAKed once, and for a requester that announced it,
+    /// the NAK repeated every [`RENAK_EVERY`] packets placed and holes further on reported.
+    pub(super) fn rx_gap<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], pkt: &Packet<'_>) {
+        let psn = pkt.bth().psn;
+        let placing = self.resp.place_ahead && pkt.bth().sel;
+        let placed = placing
+            && match self.place_ahead(env, pkt) {
+                Ahead::Placed => true,
+                Ahead::Duplicate => {
+                    self.stat(env, Stat::DuplicateRequests, 1);
+                    false
+                }
+                Ahead::Dropped => false,
+            };
+        if !self.resp.nak_sent {
+            self.nak_gap(placing);
+        } else if placed {
+            if pkt.bth().hole {
+                // The first hole is NAKed already; a PSN missing further on is
+                // reported once packets well past it arrived, so that holes are filled
+                // side by side rather than one per round trip.
+                self.report_hole(env, scratch, psn);
+            }
+            // The NAK again, every RENAK_EVERY packets placed past its hole.
+            if let Some(n) = self.resp.gap_placed.as_mut() {
+                *n += 1;
+                if *n >= RENAK_EVERY {
+                    self.nak_gap(true);
+                }
+            }
+        }
+    }
+
+    /// A packet `psn` was placed past the first hole: the PSN [`HOLE_AFTER`] before it, if
+    /// still missing, is reported, once (each PSN is looked at when the packet that far past
+    /// it arrives). Only a packet of a WRITE whose first packet was placed (one that can be
+    /// placed when it comes); a lost first packet is left to the sequence NAK, when it is the
+    /// first hole.
+    fn report_hole<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn) {
+        let epsn = self.resp.epsn;
+        let q = psn.wrapping_sub(HOLE_AFTER);
+        if !q.after(epsn) || self.resp.ahead.has(epsn, q) {
+            return;
+        }
+        if !self.resp.ahead.find(q).is_some_and(|c| q != c.first) {
+            return;
+        }
+        let aeth = Aeth::nak(self.resp.msn, NakCode::PsnSeqError);
+        let _ = self.send_answer(env, scratch, q, aeth, true);
+    }
+
+    /// A sequence NAK for the expected PSN; `repeat`: the requester announced placement, and
+    /// the NAK is sent again while packets keep being placed past the hole.
+    pub(super) fn nak_gap(&mut self, repeat: bool) {
+        let e = self.resp.epsn;
+        self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
+        if repeat {
+            self.resp.gap_placed = Some(0);
         }
     }
 }

@@ -5,8 +5,7 @@
 
 use super::{
     access, cqe, flush, wc_flags, wc_opcode, wc_status, wqe, Access, AtomicOp, CqSel, Dest, Emit,
-    Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, HOLE_AFTER,
-    MAX_MSG, RENAK_EVERY,
+    Engine, Env, Event, MemError, RecvTake, RecvWr, RxInfo, SqEntry, Stat, GRH_LEN, MAX_MSG,
 };
 use crate::logic::{
     opcode::{self, Operation, Position},
@@ -23,7 +22,7 @@ use core::ops::DerefMut;
 mod ahead;
 mod resources;
 
-use ahead::{Ahead, WriteAhead};
+use ahead::WriteAhead;
 
 /// What a responder resource records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -148,7 +147,7 @@ pub(super) struct Responder<R> {
     nak_sent: bool,
     /// After a sequence NAK to a requester that announced placement: packets placed past
     /// the hole since that NAK was sent (`None`: no such NAK outstanding). Every
-    /// [`RENAK_EVERY`] of them the NAK is sent again (see [`Engine::rx_request`]).
+    /// [`RENAK_EVERY`](super::RENAK_EVERY) of them the NAK is sent again (see `Engine::rx_gap`).
     gap_placed: Option<u32>,
     /// UC: drop packets until the next first/only.
     uc_drop: bool,
@@ -444,34 +443,6 @@ where
     }
 
     /// A sequence or RNR NAK for `epsn`: sent after the responses owed for lower PSNs.
-    /// A packet `psn` was placed past the first hole: the PSN [`HOLE_AFTER`] before it, if
-    /// still missing, is reported, once (each PSN is looked at when the packet that far past
-    /// it arrives). Only a packet of a WRITE whose first packet was placed (one that can be
-    /// placed when it comes); a lost first packet is left to the sequence NAK, when it is the
-    /// first hole.
-    fn report_hole<E: Env>(&mut self, env: &mut E, scratch: &mut [u8], psn: Psn) {
-        let epsn = self.resp.epsn;
-        let q = psn.wrapping_sub(HOLE_AFTER);
-        if !q.after(epsn) || self.resp.ahead.has(epsn, q) {
-            return;
-        }
-        if !self.resp.ahead.find(q).is_some_and(|c| q != c.first) {
-            return;
-        }
-        let aeth = Aeth::nak(self.resp.msn, NakCode::PsnSeqError);
-        let _ = self.send_answer(env, scratch, q, aeth, true);
-    }
-
-    /// A sequence NAK for the expected PSN; `repeat`: the requester announced placement, and
-    /// the NAK is sent again while packets keep being placed past the hole.
-    pub(super) fn nak_gap(&mut self, repeat: bool) {
-        let e = self.resp.epsn;
-        self.defer_nak(e, Aeth::nak(self.resp.msn, NakCode::PsnSeqError));
-        if repeat {
-            self.resp.gap_placed = Some(0);
-        }
-    }
-
     fn defer_nak(&mut self, psn: Psn, aeth: Aeth) {
         self.resp.nak_sent = true;
         self.resp.gap_placed = None;
@@ -685,35 +656,7 @@ where
             }
             Arrival::Gap => {
                 self.stat(env, Stat::OutOfSeqRequests, 1);
-                // Only for a requester that announced it takes the ACK that then jumps (an
-                // IBTA requester, rdma_rxe's, may not: it gets go-back-N).
-                let placing = self.resp.place_ahead && pkt.bth().sel;
-                let placed = placing
-                    && match self.place_ahead(env, pkt) {
-                        Ahead::Placed => true,
-                        Ahead::Duplicate => {
-                            self.stat(env, Stat::DuplicateRequests, 1);
-                            false
-                        }
-                        Ahead::Dropped => false,
-                    };
-                if !self.resp.nak_sent {
-                    self.nak_gap(placing);
-                } else if placed {
-                    if pkt.bth().hole {
-                        // The first hole is NAKed already; a PSN missing further on is
-                        // reported once packets well past it arrived, so that holes are filled
-                        // side by side rather than one per round trip.
-                        self.report_hole(env, scratch, psn);
-                    }
-                    // The NAK again, every RENAK_EVERY packets placed past its hole.
-                    if let Some(n) = self.resp.gap_placed.as_mut() {
-                        *n += 1;
-                        if *n >= RENAK_EVERY {
-                            self.nak_gap(true);
-                        }
-                    }
-                }
+                self.rx_gap(env, scratch, pkt);
                 return;
             }
             Arrival::Duplicate => {
