@@ -90,6 +90,12 @@ pub(super) struct Requester {
     pub(super) ssthresh: u32,
     /// PSNs acknowledged in congestion avoidance not yet turned into a larger `cwnd`.
     pub(super) cwnd_acc: u32,
+    /// The window last stopped the requester with the PSNs before this one in flight: their
+    /// acknowledgements may open it. Only a window that limited the sender grows (RFC 7661, as
+    /// Linux's `tcp_is_cwnd_limited`): a QP held back by its DCQCN rate or by its application
+    /// keeps fewer packets out than its window, and a window grown by their ACKs would let it
+    /// put all of it into a bottleneck's queue at once when the rate recovers.
+    pub(super) limited_end: Option<Psn>,
     /// The window was cut for congestion (a loss, or a CNP: [`Engine::congestion_notified`])
     /// and stays so until the acknowledgements pass this PSN (everything in flight at the cut):
     /// one cut per window of data, as TCP reacts to ECN once per round trip (RFC 3168, 6.1.2).
@@ -221,6 +227,7 @@ impl Requester {
             poll_waits: 0,
             ssthresh: RC_WINDOW,
             cwnd_acc: 0,
+            limited_end: None,
             cwr: None,
             initial: INITIAL_WINDOW,
             srtt_us: 0,
@@ -261,6 +268,7 @@ impl Requester {
         self.poll_waits = 0;
         self.ssthresh = RC_WINDOW;
         self.cwnd_acc = 0;
+        self.limited_end = None;
         self.cwr = None;
         self.timing = None;
         self.due_us = None;
@@ -269,12 +277,28 @@ impl Requester {
         self.asked = self.psn;
     }
 
-    /// `n` more PSNs acknowledged: slow start below `ssthresh`, congestion avoidance above.
+    /// `n` more PSNs acknowledged (`acked` not yet moved): slow start below `ssthresh`,
+    /// congestion avoidance above, as far as the window limited the sender (`limited_end`). In
+    /// slow start a window that did not limit it still grows to twice what was in flight (as
+    /// Linux does), so a sender that fills its window in bursts keeps up; in congestion
+    /// avoidance it does not grow.
     pub(super) fn open_window(&mut self, n: u32) {
-        let ss = n.min(self.ssthresh.saturating_sub(self.cwnd));
+        let flight = self.high.distance_from(self.acked);
+        let limited = self.limited_end.is_some_and(|end| end.after(self.acked));
+        if !limited {
+            self.limited_end = None;
+        }
+        let room = if limited {
+            RC_WINDOW
+        } else {
+            flight.saturating_mul(2)
+        };
+        let ss = n
+            .min(self.ssthresh.saturating_sub(self.cwnd))
+            .min(room.saturating_sub(self.cwnd));
         self.cwnd = self.cwnd.saturating_add(ss);
         let n = n - ss;
-        if n > 0 {
+        if n > 0 && self.cwnd >= self.ssthresh && (limited || flight >= self.cwnd) {
             let w = self.cwnd.max(1);
             self.cwnd_acc = self.cwnd_acc.saturating_add(n.saturating_mul(CWND_AI));
             let inc = self.cwnd_acc / w;
@@ -451,8 +475,14 @@ where
         while sent < budget && self.requester_ready() {
             let idx = self.sq.next;
             let e = self.sq.entry(idx);
-            if self.gate(&e) != Gate::Open {
-                break;
+            match self.gate(&e) {
+                Gate::Open => {}
+                g => {
+                    if g == Gate::Window {
+                        self.req.limited_end = Some(self.req.high);
+                    }
+                    break;
+                }
             }
             if e.kind.is_local() {
                 // Executed once, where the requester reaches it in SQ order (a rewind that goes

@@ -191,3 +191,44 @@ fn after_a_cnp_the_window_grows_back_by_acknowledgements_only() {
     exchange(&mut p, &first);
     assert!(p.a.details().cwnd <= cut + 2 * 64 / cut + 1);
 }
+
+#[test]
+fn a_window_the_sender_does_not_fill_does_not_grow() {
+    // RFC 7661: a QP held back by its DCQCN rate or its application (here one 4-packet WRITE
+    // at a time) keeps 4 packets out. Their acknowledgements do not show that 16 fit, so the
+    // window stays at 16 instead of growing to the whole RC window, which the QP could later
+    // empty into a bottleneck's queue at once (the incast of `tests/vm/cc.sh` dropped 2
+    // packets at the full queue in a CI run with windows grown that way).
+    let mut p = network_pair();
+    for _ in 0..64 {
+        post_writes(&mut p, 1, 4096 * 4);
+        let sent = send_held(&mut p, RC_WINDOW as usize);
+        assert_eq!(sent.len(), 4);
+        exchange(&mut p, &sent);
+    }
+    assert_eq!(p.a.details().cwnd, INITIAL_WINDOW);
+    // A sender that fills it makes it grow as before: slow start doubles it per round trip.
+    post_writes(&mut p, 8, 4096 * 16);
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let sent = send_held(&mut p, RC_WINDOW as usize);
+        rounds.push(sent.len());
+        exchange(&mut p, &sent);
+    }
+    assert_eq!(rounds, [16, 32, 64], "{rounds:?}");
+    assert_eq!(p.a.details().cwnd, 128);
+}
+
+#[test]
+fn a_sender_that_fills_half_its_window_still_slow_starts_to_twice_that() {
+    // As Linux does in slow start: a window up to twice what was in flight when an ACK came
+    // counts as used, so a sender that fills it in bursts is not held back by the rule above
+    // (here two ACKs, the one that ACK_REQ_EVERY asks for and the WR's: 16 + 6 of the 12).
+    let mut p = network_pair();
+    post_writes(&mut p, 1, 4096 * 12);
+    let sent = send_held(&mut p, RC_WINDOW as usize);
+    assert_eq!(sent.len(), 12);
+    exchange(&mut p, &sent);
+    let cwnd = p.a.details().cwnd;
+    assert!(cwnd > INITIAL_WINDOW && cwnd <= 24, "{cwnd}");
+}
