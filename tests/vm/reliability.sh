@@ -52,6 +52,11 @@
 #   RRXE_REL_SEED      integrity/ucloss seed (default: from the clock, printed)
 #   RRXE_REL_STEP_TIMEOUT  seconds per step (120); RRXE_REL_WC_TIMEOUT seconds per completion
 #                      under faults (30)
+#   RRXE_REL_REPEAT    runs A.faults and B.faults this many times in one boot (1), to chase a
+#                      flake: each integrity run takes a new seed
+#   RRXE_REL_PCAP      a directory (the job's /mnt, say): every fault step's RoCE headers on
+#                      veth0 (first 128 bytes of each packet, after veth0's netem and before
+#                      veth1's) are captured and kept there when the step fails or XFAILs
 #   RRXE_REL_XFAIL     check names whose FAIL is a known rdma_rxe 6.12 bug: printed as XFAIL,
 #                      not counted. Default: the UC checks with rxe as the receiver (below).
 #
@@ -173,7 +178,7 @@ sub() {
   done <<< "$out"
   printf '%s\n' "${lines[@]}"
   program_took "$pre"
-  PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  PASSED=$((PASSED + p)); FAILED=$((FAILED + f)); XFAILED=$((${XFAILED:-0} + xf))
   if [ $rc = 124 ] || [ $rc = 137 ]; then fail "$pre" "hang: killed after ${T} s"
   elif [ $rc != 0 ] && [ "$f" = 0 ] && [ "$xf" = 0 ]; then fail "$pre" "exit $rc: $(printf '%s\n' "${lines[@]}" | tail -3)"
   elif [ $rc = 0 ] && [ "$p" = 0 ]; then fail "$pre" "no check ran"; fi
@@ -284,6 +289,14 @@ faults() {
     if ! netem_on $spec; then fail "$pre.netem" "tc qdisc ... netem $spec failed"; continue; fi
     rel_log "$pre: netem $spec on veth0 and veth1, RC up to $max B"
     snap before
+    local cap="" tpid=""
+    if [ -n "${RRXE_REL_PCAP:-}" ]; then
+      cap="$RRXE_REL_PCAP/$pre.$(date +%s).pcap"
+      tcpdump -i veth0 -U -n -s 128 -w "$cap" udp port 4791 2> /tmp/tcpdump.log &
+      tpid=$!
+      wait_for 20 grep -q listening /tmp/tcpdump.log || rel_log "tcpdump did not start: $(cat /tmp/tcpdump.log)"
+    fi
+    local f0=$((FAILED + ${XFAILED:-0}))
     sub "$pre" "$bin/rrxe-integrity" --dev "$DEV0" --dev2 "$DEV1" --types rc --ops "$ops" \
       --max-size "$max" "${maxr[@]}" --bursts 3 --atomic-counter 32 --wc-timeout "$WCT" "${ackt[@]}" \
       "${seed[@]}"
@@ -295,6 +308,10 @@ faults() {
       both_dirs "$pre.rc_pingpong" "iters in" -g ibv_rc_pingpong -n 500 -s 4096
     fi
     snap after
+    if [ -n "$cap" ]; then
+      kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
+      if [ $((FAILED + ${XFAILED:-0})) != "$f0" ]; then rel_log "$pre: capture kept: $cap"; else rm -f "$cap"; fi
+    fi
     echo "    $(netem_stats)"
     netem_off
     show_deltas before after
@@ -430,7 +447,7 @@ active_mtu_bytes() {
 if [ "$BPEER" != rxe ] && { part A.lossless || part A.faults || part A.ucloss || part A.linkdown || part A.inflight; }; then
   if topo_a; then
     part A.lossless && { lossless; elapsed A.lossless; }
-    part A.faults && { faults; elapsed A.faults; }
+    part A.faults && { for ((rep = 0; rep < ${RRXE_REL_REPEAT:-1}; rep++)); do faults; done; elapsed A.faults; }
     part A.ucloss && { ucloss; elapsed A.ucloss; }
     part A.linkdown && { linkdown; elapsed A.linkdown; }
     part A.inflight && { inflight; elapsed A.inflight; }
@@ -440,7 +457,7 @@ fi
 if part B.interop || part B.faults || part B.ucloss || part B.linkdown; then
   if topo_b "$BPEER"; then
     part B.interop && { interop; elapsed B.interop; }
-    part B.faults && { faults; elapsed B.faults; }
+    part B.faults && { for ((rep = 0; rep < ${RRXE_REL_REPEAT:-1}; rep++)); do faults; done; elapsed B.faults; }
     part B.ucloss && { ucloss; elapsed B.ucloss; }
     part B.linkdown && { linkdown; elapsed B.linkdown; }
   fi
