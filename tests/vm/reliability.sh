@@ -56,7 +56,8 @@
 #                      flake: each integrity run takes a new seed
 #   RRXE_REL_PCAP      a directory (the job's /mnt, say): every fault step's RoCE headers on
 #                      veth0 (first 128 bytes of each packet, after veth0's netem and before
-#                      veth1's) are captured and kept there when the step fails or XFAILs
+#                      veth1's) are captured in /tmp and copied there when the step fails or
+#                      XFAILs
 #   RRXE_REL_XFAIL     check names whose FAIL is a known rdma_rxe 6.12 bug: printed as XFAIL,
 #                      not counted. Default: the UC checks with rxe as the receiver (below).
 #
@@ -291,8 +292,8 @@ faults() {
     snap before
     local cap="" tpid=""
     if [ -n "${RRXE_REL_PCAP:-}" ]; then
-      cap="$RRXE_REL_PCAP/$pre.$(date +%s).pcap"
-      tcpdump -i veth0 -U -n -s 128 -w "$cap" udp port 4791 2> /tmp/tcpdump.log &
+      cap=/tmp/$pre.$(date +%s).pcap
+      tcpdump -i veth0 -n -B 16384 -s 128 -w "$cap" udp port 4791 2> /tmp/tcpdump.log &
       tpid=$!
       wait_for 20 grep -q listening /tmp/tcpdump.log || rel_log "tcpdump did not start: $(cat /tmp/tcpdump.log)"
     fi
@@ -310,7 +311,10 @@ faults() {
     snap after
     if [ -n "$cap" ]; then
       kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
-      if [ $((FAILED + ${XFAILED:-0})) != "$f0" ]; then rel_log "$pre: capture kept: $cap"; else rm -f "$cap"; fi
+      if [ $((FAILED + ${XFAILED:-0})) != "$f0" ]; then
+        cp "$cap" "$RRXE_REL_PCAP/" && sync && rel_log "$pre: capture kept: $RRXE_REL_PCAP/${cap##*/} ($(tail -n 3 /tmp/tcpdump.log | tr '\n' ' '))"
+      fi
+      rm -f "$cap"
     fi
     echo "    $(netem_stats)"
     netem_off

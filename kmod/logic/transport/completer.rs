@@ -14,6 +14,11 @@ use crate::logic::{
 };
 use core::ops::DerefMut;
 
+/// How many WRs after the front one a READ response is looked for in (`place_later_read`):
+/// the READs a requester has outstanding beside the front one (`max_rd_atomic` is at most 16
+/// at rdma_rxe's and rrxe's usual settings) with WRITEs and SENDs between them.
+const LATER_READS: u32 = 64;
+
 /// What a response packet is to the completer, decided before anything changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
@@ -115,6 +120,9 @@ where
             self.req.open_window(n);
         }
         self.req.acked = p;
+        if self.req.ack_seen.is_some_and(|s| s.before(p)) {
+            self.req.ack_seen = None;
+        }
     }
 
     /// An implied NAK (a response skipped an outstanding READ or atomic) or a READ response
@@ -127,7 +135,20 @@ where
         self.req.retrying = true;
         if self.spend_retry(env) {
             self.req.shrink_window(false);
-            let p = self.sq.entry(i).resume_psn();
+            let e = self.sq.entry(i);
+            let p = e.resume_psn();
+            // A READ is asked again for its missing responses alone. What was sent after it
+            // went out and is answered in order after it: READ responses are placed as they
+            // come (`place_later_read`) and acknowledgements remembered (`ack_seen`). Going
+            // back N asked every later READ again too, and a responder that replays a READ in
+            // full from the PSN asked (rdma_rxe, and rrxe) then sent each of them twice at
+            // every loss, falling behind until another WR's retries ran out.
+            if e.kind == WrKind::Read
+                && self.req.probe.is_none()
+                && self.resend_range(env, p, e.first_psn.wrapping_add(e.npkts))
+            {
+                return;
+            }
             self.rewind(p);
         }
     }
@@ -143,11 +164,25 @@ where
                 self.sq.next = i.wrapping_add(1);
             }
         } else if i == self.sq.next {
-            self.sq.next = i.wrapping_add(1);
-            self.req.cur_pkt = 0;
-            let after = e.first_psn.wrapping_add(e.npkts.max(1));
-            if after.after(self.req.psn) {
-                self.req.psn = after;
+            if let Some((next, cur_pkt, psn, rd_atomic, _)) = self.req.sel_resume.take() {
+                // Answered before the resend that went back for it went out (the responses
+                // that were missing came after all): back to where the requester stood, whose
+                // count of READs and atomics outstanding included this one.
+                self.sq.next = next;
+                self.req.cur_pkt = cur_pkt;
+                self.req.psn = psn;
+                self.req.rd_atomic = if e.kind.is_rd_atomic() {
+                    rd_atomic.saturating_sub(1)
+                } else {
+                    rd_atomic
+                };
+            } else {
+                self.sq.next = i.wrapping_add(1);
+                self.req.cur_pkt = 0;
+                let after = e.first_psn.wrapping_add(e.npkts.max(1));
+                if after.after(self.req.psn) {
+                    self.req.psn = after;
+                }
             }
         } else if e.kind.is_rd_atomic() {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
@@ -205,7 +240,24 @@ where
                 moved = true;
                 continue;
             }
+            if e.kind == WrKind::Read && e.read_done >= e.npkts {
+                // Every response came while an older WR waited for its own.
+                let end = e.first_psn.wrapping_add(e.npkts);
+                if end.after(self.req.acked) && !end.after(self.req.high) {
+                    self.set_acked(end);
+                }
+                self.complete_answered(env);
+                moved = true;
+                continue;
+            }
             if e.kind.is_rd_atomic() {
+                if !e.last_psn().after(psn) && psn.before(self.req.high) {
+                    // Acknowledged past it: remembered for when its answer has come.
+                    // Not `Option::is_none_or` (Rust 1.82; the kernel's minimum is 1.78).
+                    if !matches!(self.req.ack_seen, Some(s) if !psn.after(s)) {
+                        self.req.ack_seen = Some(psn);
+                    }
+                }
                 let before = e.resume_psn().wrapping_sub(1);
                 if limit.after(before) {
                     limit = before;
@@ -277,6 +329,7 @@ where
             Operation::AtomicAcknowledge => self.rx_atomic_ack(env, pkt, psn),
             _ => self.stat(env, Stat::RxBadResponses, 1),
         }
+        self.absorb_placed(env);
         self.check_drained(env);
         self.update_timer(env, false);
         self.requester_ready()
@@ -390,7 +443,9 @@ where
             return;
         }
         if !e.started || e.kind != WrKind::Read || !psn.in_window(e.first_psn, e.npkts) {
-            self.stat(env, Stat::RxBadResponses, 1);
+            if !self.place_later_read(env, pkt, psn) {
+                self.stat(env, Stat::RxBadResponses, 1);
+            }
             return;
         }
         let expected = e.resume_psn();
@@ -424,6 +479,12 @@ where
             }
             self.req.ahead.set(owner, ahead);
             self.stat(env, Stat::ReadResponsesAhead, 1);
+            // The peer is answering, in order, the READ it has not finished: no expiry of the
+            // round-trip estimate may ask it again meanwhile (each request makes rdma_rxe
+            // replay the READ from the gap to its end: 13 replays of 230 packets, one per
+            // 75 ms expiry, while the first was still streaming, in a B.loss1 capture), and a
+            // timeout is passed over as the peer's being busy.
+            self.req.hear(psn, true);
             if k + 1 == e.npkts {
                 self.retry_from(env, idx);
             }
@@ -442,6 +503,80 @@ where
         }
         self.catch_up();
         self.progress(env);
+    }
+
+    /// What came while an older WR waited for its answer, once that one is answered: the READs
+    /// now at the front whose responses all came complete, a READ with some of them moves
+    /// `acked` into it, and the WRs the peer acknowledged past them (`ack_seen`) complete; a
+    /// READ still missing responses before such an acknowledgement is an implied NAK of its
+    /// own.
+    fn absorb_placed<E: Env>(&mut self, env: &mut E) {
+        if self.state == QpState::Err || self.sq.done == self.sq.head {
+            return;
+        }
+        let e = self.sq.entry(self.sq.done);
+        let placed = e.started && e.kind == WrKind::Read && e.read_done > 0;
+        if !placed && self.req.ack_seen.is_none() {
+            return;
+        }
+        let upto = match self.req.ack_seen {
+            Some(s) if !s.before(self.req.acked) => s,
+            _ => self.req.acked.wrapping_sub(1),
+        };
+        self.ack_and_retry(env, upto);
+        if self.state == QpState::Err || self.sq.done == self.sq.head {
+            return;
+        }
+        let e = self.sq.entry(self.sq.done);
+        if e.started && e.kind == WrKind::Read {
+            let p = e.resume_psn();
+            if p.after(self.req.acked) && !p.after(self.req.high) {
+                self.set_acked(p);
+                self.catch_up();
+            }
+        }
+    }
+
+    /// A READ response for a READ behind the front WR (which waits for responses of its own
+    /// being asked again): placed if it is the next one that READ expects, so that the READ
+    /// need not be asked again when its turn comes; one it already has is a duplicate.
+    /// Returns false for a response that belongs to no READ in flight. Bounded: the READs
+    /// among the first [`LATER_READS`] WRs after the front.
+    fn place_later_read<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, psn: Psn) -> bool {
+        let mut i = self.sq.done.wrapping_add(1);
+        let mut n = 0;
+        while i != self.sq.head && n < LATER_READS {
+            let e = self.sq.entry(i);
+            if !e.started {
+                return false;
+            }
+            if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
+                if e.kind != WrKind::Read {
+                    return false;
+                }
+                let expected = e.resume_psn();
+                if psn.before(expected) {
+                    self.stat(env, Stat::DuplicateResponses, 1);
+                    self.req.hear(psn, true);
+                    return true;
+                }
+                if psn != expected {
+                    // Past a gap of its own: asked for when its turn comes.
+                    return false;
+                }
+                let k = psn.distance_from(e.first_psn);
+                if self.place_read_response(env, pkt, psn, i, &e, k) {
+                    self.sq.entry_mut(i).read_done = k + 1;
+                    self.stat(env, Stat::ReadResponsesAhead, 1);
+                    // The peer answers in order: the front's answer comes after these.
+                    self.req.hear(psn, true);
+                }
+                return true;
+            }
+            i = i.wrapping_add(1);
+            n += 1;
+        }
+        false
     }
 
     /// Places READ response `psn`, segment `k` of the READ at SQ index `idx`, into the WR's

@@ -124,6 +124,10 @@ pub(super) struct Requester {
     pub(super) replay_heard: bool,
     /// The front READ's responses placed ahead of a gap (see [`ReadAhead`]).
     pub(super) ahead: ReadAhead,
+    /// The highest PSN the peer acknowledged (an ACK, or a response's implied one) past a READ
+    /// or atomic still missing its answer: once that one is answered, the WRs it covers are
+    /// complete without being sent again (see [`Engine::rx_read_response`]).
+    pub(super) ack_seen: Option<Psn>,
     /// Whether the peer's responder places WRITE packets past a gap (see [`PeerMode`]).
     pub(super) peer: PeerMode,
     /// A selective resend is under way: the send pointer to return to once the packets up to
@@ -238,6 +242,7 @@ impl Requester {
             asked_now: false,
             replay_heard: false,
             ahead: ReadAhead::default(),
+            ack_seen: None,
             peer: PeerMode::Unknown,
             sel_resume: None,
             sel_sent: None,
@@ -260,6 +265,7 @@ impl Requester {
         self.cwnd = self.initial;
         self.forget_heard();
         self.ahead.clear();
+        self.ack_seen = None;
         self.peer = PeerMode::Unknown;
         self.sel_resume = None;
         self.sel_sent = None;
@@ -531,6 +537,18 @@ where
                 m.started = true;
             }
             let e = self.sq.entry(idx);
+            if self.req.cur_pkt == 0 && e.started && e.kind == WrKind::Read && e.read_done > 0 {
+                // A READ behind the one being asked again, some of whose responses came
+                // meanwhile (placed as they came): it is asked for the rest only, at the PSN
+                // of the first missing response, and not at all once every response is in.
+                if e.read_done >= e.npkts {
+                    self.req.psn = e.first_psn.wrapping_add(e.npkts);
+                    self.sq.next = idx.wrapping_add(1);
+                    self.req.rd_atomic += 1;
+                    continue;
+                }
+                self.req.psn = e.resume_psn();
+            }
             let psn = self.req.psn;
             let asked = self.req.asked;
             let high = self.req.high;
