@@ -57,7 +57,7 @@
 #   RRXE_REL_PCAP      a directory (the job's /mnt, say): every fault step's RoCE headers on
 #                      veth0 (first 128 bytes of each packet, after veth0's netem and before
 #                      veth1's) are captured in /tmp and copied there when the step fails or
-#                      XFAILs
+#                      XFAILs (`scripts/roce-pcap FILE` summarises one)
 #   RRXE_REL_XFAIL     check names whose FAIL is a known rdma_rxe 6.12 bug: printed as XFAIL,
 #                      not counted. Default: the UC checks with rxe as the receiver (below).
 #
