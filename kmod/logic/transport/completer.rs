@@ -527,12 +527,19 @@ where
         if self.state == QpState::Err || self.sq.done == self.sq.head {
             return;
         }
-        let e = self.sq.entry(self.sq.done);
+        let i = self.sq.done;
+        let e = self.sq.entry(i);
         if e.started && e.kind == WrKind::Read {
             let p = e.resume_psn();
             if p.after(self.req.acked) && !p.after(self.req.high) {
                 self.set_acked(p);
                 self.catch_up();
+            }
+            if e.read_gap && e.read_done < e.npkts {
+                // Its responses went on past a gap of its own while it waited: lost, since
+                // the peer answers in order.
+                self.sq.entry_mut(i).read_gap = false;
+                self.retry_from(env, i);
             }
         }
     }
@@ -561,7 +568,9 @@ where
                     return true;
                 }
                 if psn != expected {
-                    // Past a gap of its own: asked for when its turn comes.
+                    // Past a gap of its own: asked for again as soon as it is the front
+                    // (`absorb_placed`), not only when something past it implies the loss.
+                    self.sq.entry_mut(i).read_gap = true;
                     return false;
                 }
                 let k = psn.distance_from(e.first_psn);

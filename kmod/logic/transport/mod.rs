@@ -308,6 +308,9 @@ pub struct SqEntry {
     npkts: u32,
     /// READ: response packets received and placed, in order.
     read_done: u32,
+    /// READ: a response past its next expected one came while an older WR was at the front,
+    /// and could not be kept: asked for again as soon as it is the front.
+    read_gap: bool,
     /// The status the WR completes with when it reaches the front (an error found early).
     err: Option<u32>,
 }
