@@ -550,42 +550,33 @@ where
     /// Returns false for a response that belongs to no READ in flight. Bounded: the READs
     /// among the first [`LATER_READS`] WRs after the front.
     fn place_later_read<E: Env>(&mut self, env: &mut E, pkt: &Packet<'_>, psn: Psn) -> bool {
-        let mut i = self.sq.done.wrapping_add(1);
-        let mut n = 0;
-        while i != self.sq.head && n < LATER_READS {
-            let e = self.sq.entry(i);
-            if !e.started {
-                return false;
-            }
-            if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
-                if e.kind != WrKind::Read {
-                    return false;
-                }
-                let expected = e.resume_psn();
-                if psn.before(expected) {
-                    self.stat(env, Stat::DuplicateResponses, 1);
-                    self.req.hear(psn, true);
-                    return true;
-                }
-                if psn != expected {
-                    // Past a gap of its own: asked for again as soon as it is the front
-                    // (`absorb_placed`), not only when something past it implies the loss.
-                    self.sq.entry_mut(i).read_gap = true;
-                    return false;
-                }
-                let k = psn.distance_from(e.first_psn);
-                if self.place_read_response(env, pkt, psn, i, &e, k) {
-                    self.sq.entry_mut(i).read_done = k + 1;
-                    self.stat(env, Stat::ReadResponsesAhead, 1);
-                    // The peer answers in order: the front's answer comes after these.
-                    self.req.hear(psn, true);
-                }
-                return true;
-            }
-            i = i.wrapping_add(1);
-            n += 1;
+        let from = self.sq.done.wrapping_add(1);
+        let Some((i, e)) = self.sq.holding(psn, from, LATER_READS) else {
+            return false;
+        };
+        if e.kind != WrKind::Read {
+            return false;
         }
-        false
+        let expected = e.resume_psn();
+        if psn.before(expected) {
+            self.stat(env, Stat::DuplicateResponses, 1);
+            self.req.hear(psn, true);
+            return true;
+        }
+        if psn != expected {
+            // Past a gap of its own: asked for again as soon as it is the front
+            // (`absorb_placed`), not only when something past it implies the loss.
+            self.sq.entry_mut(i).read_gap = true;
+            return false;
+        }
+        let k = psn.distance_from(e.first_psn);
+        if self.place_read_response(env, pkt, psn, i, &e, k) {
+            self.sq.entry_mut(i).read_done = k + 1;
+            self.stat(env, Stat::ReadResponsesAhead, 1);
+            // The peer answers in order: the front's answer comes after these.
+            self.req.hear(psn, true);
+        }
+        true
     }
 
     /// Places READ response `psn`, segment `k` of the READ at SQ index `idx`, into the WR's

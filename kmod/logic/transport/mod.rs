@@ -366,6 +366,26 @@ impl<B: DerefMut<Target = [u8]>, M: DerefMut<Target = [SqEntry]>> Sq<B, M> {
         &mut self.meta[(i & self.mask) as usize]
     }
 
+    /// The started WR that `psn` belongs to, looked for from index `from` over at most `limit`
+    /// WRs (local operations, which take no PSN, passed over); `None` at the first WR not
+    /// started.
+    fn holding(&self, psn: Psn, from: u32, limit: u32) -> Option<(u32, SqEntry)> {
+        let mut i = from;
+        let mut n = 0;
+        while i != self.head && n < limit {
+            let e = self.entry(i);
+            if !e.started {
+                return None;
+            }
+            if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
+                return Some((i, e));
+            }
+            i = i.wrapping_add(1);
+            n += 1;
+        }
+        None
+    }
+
     fn slot(&self, i: u32) -> &[u8] {
         let off = (i & self.mask) as usize * self.slot_size;
         &self.slots[off..off + self.slot_size]

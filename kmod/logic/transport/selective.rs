@@ -86,32 +86,22 @@ where
         {
             return None;
         }
-        let mut i = self.sq.done;
-        while i != self.sq.head {
-            let e = self.sq.entry(i);
-            if !e.started {
-                return None;
-            }
-            if !e.kind.is_local() && psn.in_window(e.first_psn, e.npkts.max(1)) {
-                if e.kind != WrKind::Write {
-                    return None;
-                }
-                let end = if psn == e.first_psn {
-                    // Not past what was sent.
-                    let end = e.first_psn.wrapping_add(e.npkts.max(1));
-                    if end.after(self.req.high) {
-                        self.req.high
-                    } else {
-                        end
-                    }
-                } else {
-                    psn.next()
-                };
-                return Some(end);
-            }
-            i = i.wrapping_add(1);
+        let (_, e) = self.sq.holding(psn, self.sq.done, u32::MAX)?;
+        if e.kind != WrKind::Write {
+            return None;
         }
-        None
+        let end = if psn == e.first_psn {
+            // Not past what was sent.
+            let end = e.first_psn.wrapping_add(e.npkts.max(1));
+            if end.after(self.req.high) {
+                self.req.high
+            } else {
+                end
+            }
+        } else {
+            psn.next()
+        };
+        Some(end)
     }
 
     /// Sends the packets from `psn` to before `end` again, and then goes on from where the

@@ -361,6 +361,19 @@ fn a_lost_read_response_is_re_read_once_from_the_gap_when_the_last_one_arrives()
     );
 }
 
+/// Posts `n` 16-packet READs (wr_id 1..=n), 16 KiB apart, B's MR 0x100 into A's 0x200.
+fn post_reads(p: &mut Pair, n: u64) {
+    for k in 0..n {
+        let (w, sge) = read_wr(
+            k + 1,
+            0x1000_0000 + k * 0x4000,
+            0x2000_0000 + k * 0x4000,
+            16 * 1024,
+        );
+        p.post_send(w, &[sge], &[]);
+    }
+}
+
 #[test]
 fn a_read_missing_responses_is_asked_again_alone_and_the_reads_after_it_are_not() {
     // Three 16-packet READs outstanding; response 3 of the first is lost. The responses of
@@ -371,15 +384,7 @@ fn a_read_missing_responses_is_asked_again_alone_and_the_reads_after_it_are_not(
     // 2026-11-29 and the B.loss1 loops of the seventh session: rdma_rxe fell seconds behind
     // on such replays and another WR's retries ran out).
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.max_rd_atomic = 4);
-    for k in 0..3u64 {
-        let (w, sge) = read_wr(
-            k + 1,
-            0x1000_0000 + k * 0x4000,
-            0x2000_0000 + k * 0x4000,
-            16 * 1024,
-        );
-        p.post_send(w, &[sge], &[]);
-    }
+    post_reads(&mut p, 3);
     let reqs = send_held(&mut p, 3);
     assert_eq!(read_requests(&reqs).len(), 3);
     let first = psn_of(&reqs[0]);
@@ -443,15 +448,7 @@ fn a_later_read_with_a_gap_of_its_own_is_asked_again_when_it_reaches_the_front()
     // the loss, and waiting for the round-trip estimate made READ between two rrxe ends twice
     // as slow at 1% loss (docs/bench/loss-2026-11-29-3b40d88-read-bench.md).
     let mut p = Pair::with(QpType::Rc, 1024, |c| c.max_rd_atomic = 4);
-    for k in 0..2u64 {
-        let (w, sge) = read_wr(
-            k + 1,
-            0x1000_0000 + k * 0x4000,
-            0x2000_0000 + k * 0x4000,
-            16 * 1024,
-        );
-        p.post_send(w, &[sge], &[]);
-    }
+    post_reads(&mut p, 2);
     let reqs = send_held(&mut p, 2);
     let (a, b) = (psn_of(&reqs[0]), psn_of(&reqs[1]));
     for r in &reqs {
