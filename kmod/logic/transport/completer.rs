@@ -158,36 +158,38 @@ where
     fn complete_answered<E: Env>(&mut self, env: &mut E) {
         let i = self.sq.done;
         let e = self.sq.entry(i);
+        let mut stand = None;
         if e.kind.is_local() {
             // Executed already (it is started), no PSN: done once it is the front.
             if i == self.sq.next {
                 self.sq.next = i.wrapping_add(1);
             }
         } else if i == self.sq.next {
-            if let Some((next, cur_pkt, psn, rd_atomic, _)) = self.req.sel_resume.take() {
+            let after = e.first_psn.wrapping_add(e.npkts.max(1));
+            stand = Some(match self.req.sel_resume.take() {
                 // Answered before the resend that went back for it went out (the responses
-                // that were missing came after all): back to where the requester stood, whose
-                // count of READs and atomics outstanding included this one.
-                self.sq.next = next;
-                self.req.cur_pkt = cur_pkt;
-                self.req.psn = psn;
-                self.req.rd_atomic = if e.kind.is_rd_atomic() {
-                    rd_atomic.saturating_sub(1)
-                } else {
-                    rd_atomic
-                };
-            } else {
-                self.sq.next = i.wrapping_add(1);
-                self.req.cur_pkt = 0;
-                let after = e.first_psn.wrapping_add(e.npkts.max(1));
-                if after.after(self.req.psn) {
-                    self.req.psn = after;
+                // that were missing came after all): back to where the requester stood.
+                Some(r) if r.next != i => (r.next, r.cur_pkt, r.psn),
+                // Where a go-back had put the requester: inside this WR (a selective resend
+                // of its own packets then took it back further) or at its start. On past it.
+                r => {
+                    let psn = r.map_or(self.req.psn, |r| r.psn);
+                    (
+                        i.wrapping_add(1),
+                        0,
+                        if after.after(psn) { after } else { psn },
+                    )
                 }
-            }
+            });
         } else if e.kind.is_rd_atomic() {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
         self.complete_front(env, wc_status::SUCCESS);
+        if let Some((next, cur_pkt, psn)) = stand {
+            // Counted after the front is retired: the READs and atomics between it and
+            // where the requester stands, some of which may have been answered meanwhile.
+            self.stand_at(next, cur_pkt, psn);
+        }
     }
 
     /// Completes the local operations (REG_MR, LOCAL_INV) the requester already executed and

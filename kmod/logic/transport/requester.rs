@@ -130,9 +130,9 @@ pub(super) struct Requester {
     pub(super) ack_seen: Option<Psn>,
     /// Whether the peer's responder places WRITE packets past a gap (see [`PeerMode`]).
     pub(super) peer: PeerMode,
-    /// A selective resend is under way: the send pointer to return to once the packets up to
-    /// the last field went out again (`sq.next`, `cur_pkt`, `psn`, `rd_atomic`, end PSN).
-    pub(super) sel_resume: Option<(u32, u32, Psn, u32, Psn)>,
+    /// A selective resend is under way: where to return to once the packets before
+    /// [`Resume::end`] went out again.
+    pub(super) sel_resume: Option<Resume>,
     /// The packets last sent again alone (first PSN, PSN after the last), until the answer
     /// that tells what the peer did with them.
     pub(super) sel_sent: Option<(Psn, Psn)>,
@@ -157,6 +157,19 @@ pub(super) const CWND_AI: u32 = 2;
 /// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
 /// makes progress, the requester returns to where it was and lets the rest of the window answer
 /// for itself.
+/// Where the requester stood when a selective resend took it back (see
+/// [`Requester::sel_resume`]). The READs and atomics it had passed are not remembered but
+/// counted on return ([`Engine::stand_at`]): some may have been answered meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Resume {
+    /// `sq.next`, `cur_pkt` and `psn` to return to.
+    pub(super) next: u32,
+    pub(super) cur_pkt: u32,
+    pub(super) psn: Psn,
+    /// The PSN after the last one sent again.
+    pub(super) end: Psn,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Probe {
     /// The WR sent again: the requester does not go past it until progress.
@@ -596,15 +609,12 @@ where
                 self.resend_dropped(psn, polled, high);
                 break;
             }
-            if let Some((next, cur_pkt, at, rd_atomic, end)) = self.req.sel_resume {
+            if let Some(r) = self.req.sel_resume {
                 // The packets of a selective resend went out: back to where it was.
-                if !self.req.psn.before(end) {
+                if !self.req.psn.before(r.end) {
                     self.req.sel_resume = None;
-                    if at.after(self.req.psn) {
-                        self.sq.next = next;
-                        self.req.cur_pkt = cur_pkt;
-                        self.req.psn = at;
-                        self.req.rd_atomic = rd_atomic;
+                    if r.psn.after(self.req.psn) {
+                        self.stand_at(r.next, r.cur_pkt, r.psn);
                     }
                     self.next_hole(env);
                 }
@@ -876,6 +886,23 @@ where
     /// Go back N: the next packet sent is the one at `psn` (a SEND/WRITE resumes at that packet,
     /// a READ at its first missing response, an atomic from its start). `psn` outside every
     /// started WR changes nothing.
+    /// Puts the requester at WR `next`, packet `cur_pkt`, PSN `psn`, with the READs and
+    /// atomics before it outstanding (sent and not answered: those in `[sq.done, next)`).
+    pub(super) fn stand_at(&mut self, next: u32, cur_pkt: u32, psn: Psn) {
+        self.sq.next = next;
+        self.req.cur_pkt = cur_pkt;
+        self.req.psn = psn;
+        let mut n = 0;
+        let mut i = self.sq.done;
+        while i != next && i != self.sq.head {
+            if self.sq.entry(i).kind.is_rd_atomic() {
+                n += 1;
+            }
+            i = i.wrapping_add(1);
+        }
+        self.req.rd_atomic = n;
+    }
+
     pub(super) fn rewind(&mut self, psn: Psn) {
         self.req.probe = None;
         // What is sent again from here may be what acknowledges a timeout's `proof`.

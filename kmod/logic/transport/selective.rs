@@ -3,7 +3,7 @@
 //! peer that places packets past a gap cannot have placed, and the answers tell whether the
 //! peer places or goes back N (docs/reliability.md, "Selective resend, learnt").
 
-use super::{Engine, Env, Resource, SqEntry, Stat, WrKind};
+use super::{requester::Resume, Engine, Env, Resource, SqEntry, Stat, WrKind};
 use crate::logic::psn::Psn;
 use crate::logic::wire::{Aeth, NakCode, Syndrome};
 use core::ops::DerefMut;
@@ -107,21 +107,18 @@ where
     /// Sends the packets from `psn` to before `end` again, and then goes on from where the
     /// requester stands (the window stays as it is).
     pub(super) fn resend_range<E: Env>(&mut self, env: &mut E, psn: Psn, end: Psn) -> bool {
-        let at = self.req.sel_resume.map_or(
-            (
-                self.sq.next,
-                self.req.cur_pkt,
-                self.req.psn,
-                self.req.rd_atomic,
-            ),
-            |(n, c, p, r, _)| (n, c, p, r),
-        );
+        let at = self.req.sel_resume.unwrap_or(Resume {
+            next: self.sq.next,
+            cur_pkt: self.req.cur_pkt,
+            psn: self.req.psn,
+            end,
+        });
         self.rewind(psn);
         if self.req.psn != psn {
             return false;
         }
-        if at.2.after(psn) {
-            self.req.sel_resume = Some((at.0, at.1, at.2, at.3, end));
+        if at.psn.after(psn) {
+            self.req.sel_resume = Some(Resume { end, ..at });
         }
         self.req.sel_sent = Some((psn, end));
         self.req.sel_at_us = env.clock_us();

@@ -335,18 +335,7 @@ where
             let probed = self.sq.entry(p.idx);
             self.req.guess = Some(probed.first_psn.wrapping_add(probed.npkts.max(1)));
             if p.psn.after(self.req.psn) && !p.psn.after(self.req.high) {
-                self.sq.next = p.next;
-                self.req.cur_pkt = p.cur_pkt;
-                self.req.psn = p.psn;
-                let mut n = 0;
-                let mut i = self.sq.done;
-                while i != p.next && i != self.sq.head {
-                    if self.sq.entry(i).kind.is_rd_atomic() {
-                        n += 1;
-                    }
-                    i = i.wrapping_add(1);
-                }
-                self.req.rd_atomic = n;
+                self.stand_at(p.next, p.cur_pkt, p.psn);
             }
         } else if self.req.guess.is_some_and(|g| self.req.acked.after(g)) {
             // Answers beyond the probed WR: the peer was slow, not deaf.

@@ -486,7 +486,7 @@ fn psn_wraps_during_transfer() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(prop_cases(24)))]
     #[test]
     fn random_ops_move_every_byte(ops in proptest::collection::vec((0u8..5, 0u32..20_000, 1u32..4), 1..12), mtu_i in 0usize..4) {
         let mtu = [256u32, 512, 1024, 4096][mtu_i];

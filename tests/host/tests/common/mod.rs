@@ -404,6 +404,22 @@ pub struct Pair {
     /// left is sent by later rounds of [`Pair::run`], interleaved with the packets the other
     /// end sends meanwhile, as the kernel's continuation sends it).
     pub resp_burst: u32,
+    /// How often in a row the random loss of [`Faults`] dropped each packet (sent by `a`,
+    /// opcode, PSN) since it last got through, and the longest such run: a packet the wire
+    /// loses at every retransmission legitimately ends the WR in RETRY_EXC_ERR.
+    pub lost_in_a_row: std::collections::HashMap<(bool, u8, u32), u32>,
+    pub longest_loss_run: u32,
+}
+
+/// The number of cases a property test runs: `n` in `make test` (whose property tests replay
+/// fixed cases, `PROPTEST_RNG_SEED` in scripts/test-host), scaled up by `RRXE_PROP_SCALE` in
+/// `make fuzz` (random cases).
+pub fn prop_cases(n: u32) -> u32 {
+    let scale = std::env::var("RRXE_PROP_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1);
+    n.saturating_mul(scale.max(1))
 }
 
 /// [`Pair::resp_burst`] by default: a replay or a long READ answer goes out over several
@@ -483,6 +499,8 @@ impl Pair {
             mtu,
             rd_atomic: Vec::new(),
             resp_burst: RESP_BURST,
+            lost_in_a_row: std::collections::HashMap::new(),
+            longest_loss_run: 0,
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
             // Two rrxe ends place WRITE packets past a gap for each other (the default);
@@ -617,9 +635,14 @@ impl Pair {
             }
         }
         let f = self.faults;
+        let key = (from_a, pkt.bth().opcode, pkt.bth().psn.get());
         if self.rng.chance(f.loss) || self.rng.chance(f.corrupt) {
+            let run = self.lost_in_a_row.entry(key).or_insert(0);
+            *run += 1;
+            self.longest_loss_run = self.longest_loss_run.max(*run);
             return;
         }
+        self.lost_in_a_row.remove(&key);
         let dup = self.rng.chance(f.dup);
         if self.held.is_none() && self.rng.chance(f.reorder) {
             self.held = Some((bytes, from_a));
