@@ -23,7 +23,9 @@
 #              (the bottleneck was congested), the senders cut their rates, every byte of every
 #              WRITE arrived in place (--verify), and red dropped none of their packets (no
 #              full-queue drop; it drops early only packets that are not ECN-capable, and
-#              rrxe's are; RRXE_CC_INCAST_STRICT=0 makes a drop an XFAIL)
+#              rrxe's are; RRXE_CC_INCAST_STRICT=0 makes a drop an XFAIL). It prints the peaks
+#              of red's backlog and of the senders' windows sampled through the run, and on a
+#              drop every sample
 #
 #   scripts/vm-run --bare --timeout 900 -- $PWD/tests/vm/cc.sh
 . "$(dirname "$0")/lib.sh"
@@ -108,14 +110,36 @@ incast_bottleneck() {
 check cc.incast.bottleneck incast_bottleneck
 wait_for 20 bash -c '[ "$(active_mtu rrxe0)" = 4096 ] && [ "$(active_mtu rrxe1)" = 4096 ]' ||
   log "RoCE MTU still $(active_mtu rrxe0) after the veth MTU change"
+# Samples through the incast: red's backlog (bytes, packets) as often as `tc` runs (under TCG
+# about twice a second), and the RC windows of rrxe0's QPs (`drv_cwnd`, the GSI QP's included)
+# every fifth time (an `rdma res` dump takes seconds here; the last one is repeated between),
+# so that a drop shows whether the windows or a burst filled the queue.
+incast_samples() {
+  local q w i=0
+  while :; do
+    q=$(tc -s qdisc show dev veth0 | awk '/qdisc red/ { r = 1 } r && /backlog/ { print $2, $3; exit }')
+    if [ $((i % 5)) = 0 ]; then
+      w=$(rdma res show qp link rrxe0 -dd 2>/dev/null | grep -o 'drv_cwnd [0-9]*' | awk '{ print $2 }' | paste -sd+)
+    fi
+    echo "$(date +%s.%N | cut -c1-14) backlog ${q:-? ?} cwnd $(( ${w:-0} )) ${w:-?}"
+    i=$((i + 1))
+    sleep 0.2
+  done
+}
 snap i0
+incast_samples > /tmp/cc.incast.samples 2>&1 &
+sampler=$!
 if timeout -k 5 $((ISECS + 150)) "$bin/rrxe-incast" --dev "$DEV0" --dev2 "$DEV1" --qps "$IN" --depth 2 \
     --secs "$ISECS" --interval-ms 1000 --verify > /tmp/cc.incast.out 2>&1; then
   pass cc.incast.every_byte_arrived
 else
   fail cc.incast.every_byte_arrived "$(grep -E '^(FAIL|DONE)' /tmp/cc.incast.out | tail -3)"
 fi
+kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
 snap i1
+# The peaks: red's backlog in packets, and the sum of the windows.
+log "incast samples: $(wc -l < /tmp/cc.incast.samples); red backlog peak $(awk '{ v = $4; sub("p", "", v); if (v + 0 > m) m = v + 0 } END { print m + 0 }' /tmp/cc.incast.samples) packets; windows peak sum $(awk '$6 + 0 > m { m = $6 + 0; l = $7 } END { print m + 0 " (" l ")" }' /tmp/cc.incast.samples) packets"
+
 grep -E '^(DONE|START)' /tmp/cc.incast.out | sed 's/^/    /'
 qs=$(tc -s qdisc show dev veth0)
 echo "$qs" | sed 's/^/    /'
@@ -135,7 +159,9 @@ check cc.incast.rates_cut test "$icuts" -gt 0
 # at 16 packets: 0 drops in every run since; before, 9-164). RRXE_CC_INCAST_STRICT=0 prints a
 # drop as XFAIL instead (to look at other figures on a host too loaded for the goal).
 if [ "$idrops" = 0 ]; then pass cc.incast.nothing_dropped
-elif [ "${RRXE_CC_INCAST_STRICT:-1}" = 1 ]; then fail cc.incast.nothing_dropped "$idrops dropped at the full queue"
+elif [ "${RRXE_CC_INCAST_STRICT:-1}" = 1 ]; then
+  sed 's/^/    sample /' /tmp/cc.incast.samples
+  fail cc.incast.nothing_dropped "$idrops dropped at the full queue"
 else echo "XFAIL cc.incast.nothing_dropped: $idrops dropped at the full queue (RRXE_CC_INCAST_STRICT=0)"; fi
 tc qdisc del dev veth0 root 2>/dev/null
 ip link set veth0 mtu 1500; ip -n peer link set veth1 mtu 1500
