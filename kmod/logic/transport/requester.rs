@@ -149,14 +149,6 @@ pub(super) const MIN_SSTHRESH: u32 = 8;
 /// Congestion avoidance opens the window by this many packets per window acknowledged.
 pub(super) const CWND_AI: u32 = 2;
 
-/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
-/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
-/// window of READs makes such a peer answer every READ again before the response we wait
-/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
-/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
-/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
-/// makes progress, the requester returns to where it was and lets the rest of the window answer
-/// for itself.
 /// Where the requester stood when a selective resend took it back (see
 /// [`Requester::sel_resume`]). The READs and atomics it had passed are not remembered but
 /// counted on return ([`Engine::stand_at`]): some may have been answered meanwhile.
@@ -170,6 +162,14 @@ pub(super) struct Resume {
     pub(super) end: Psn,
 }
 
+/// A timeout's probe (RFC 5682's F-RTO, for RC). A timeout cannot tell a lost request from a
+/// peer that is slow to answer (a software RoCE peer on a loaded host). Going back N over a
+/// window of READs makes such a peer answer every READ again before the response we wait
+/// for (rxe replays a duplicate READ in full), so a second timeout finds it still busy with
+/// duplicates, and so on until the retries are spent. So the timeout sends only the oldest WR
+/// again, one packet of it at first (the timeout closes the window, `cwnd`); when an answer
+/// makes progress, the requester returns to where it was and lets the rest of the window answer
+/// for itself.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Probe {
     /// The WR sent again: the requester does not go past it until progress.
@@ -883,9 +883,6 @@ where
         self.requester_ready() && self.gate(&self.sq.entry(self.sq.next)) == Gate::Open
     }
 
-    /// Go back N: the next packet sent is the one at `psn` (a SEND/WRITE resumes at that packet,
-    /// a READ at its first missing response, an atomic from its start). `psn` outside every
-    /// started WR changes nothing.
     /// Puts the requester at WR `next`, packet `cur_pkt`, PSN `psn`, with the READs and
     /// atomics before it outstanding (sent and not answered: those in `[sq.done, next)`).
     pub(super) fn stand_at(&mut self, next: u32, cur_pkt: u32, psn: Psn) {
@@ -903,6 +900,9 @@ where
         self.req.rd_atomic = n;
     }
 
+    /// Go back N: the next packet sent is the one at `psn` (a SEND/WRITE resumes at that packet,
+    /// a READ at its first missing response, an atomic from its start). `psn` outside every
+    /// started WR changes nothing.
     pub(super) fn rewind(&mut self, psn: Psn) {
         self.req.probe = None;
         // What is sent again from here may be what acknowledges a timeout's `proof`.
