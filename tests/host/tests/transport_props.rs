@@ -409,8 +409,12 @@ fn a_write_acknowledged_before_its_own_resend_goes_out_is_not_sent_again() {
     .unwrap();
 }
 
+/// Found by the same runs, and no bug: at 10% loss the wire loses the first response of the
+/// READ at index 10 at every one of its retransmissions, so it ends in RETRY_EXC_ERR after its
+/// 7 retries, as the IBTA says it must. The property accepts that only because one packet was
+/// lost 4 or more times in a row ([`LOST_RETRIES`]), and only with every WR before it complete.
 #[test]
-fn zzz_repro2() {
+fn a_read_whose_response_the_wire_loses_at_every_retry_may_exhaust_its_retries() {
     let ops = [
         (0, 8193, false),
         (2, 8193, false),
