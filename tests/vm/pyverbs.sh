@@ -78,6 +78,13 @@ if [[ " $modules " == *" test_odp "* ]]; then
   else fail "pyverbs.$dut.odp_invalidate" "$(echo "$odp_out" | tail -5)"; fi
 fi
 
+# Responder resources (issue 30 §5): none until a modify sets max_dest_rd_atomic, then sized as
+# rdma_rxe sizes them and kept; READs outstanding at once before and after a RESET.
+rr_out=$(timeout -k 5 120 "$py" "$here/resp-resources.py" --dev "$dut" 2>&1); rr_rc=$?
+echo "$rr_out"
+if [ "$rr_rc" = 0 ]; then pass "pyverbs.$dut.resp_resources"
+else fail "pyverbs.$dut.resp_resources" "$(echo "$rr_out" | tail -3)"; fi
+
 # shellcheck disable=SC2086
 out=$("$py" "$here/pyverbs-run.py" compare --ref "$reftsv" --dut "$dut=$work/$dut.tsv" \
   --xfail "$here/pyverbs.xfail" --gaps "$here/pyverbs.gaps" $modules)

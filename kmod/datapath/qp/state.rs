@@ -428,6 +428,17 @@ impl QpInner {
         })
     }
 
+    /// Responder resources the engine has storage for.
+    pub(crate) fn resource_storage(&self) -> usize {
+        with_bh_disabled(|| self.st.lock().eng.resource_storage())
+    }
+
+    /// Gives the engine larger storage for its responder resources (the ones in use move into
+    /// it); returns the storage not kept, to be freed by the caller outside the lock.
+    pub(crate) fn grow_resources(&self, new: KVVec<Resource>) -> KVVec<Resource> {
+        with_bh_disabled(|| self.st.lock().eng.grow_resources(new))
+    }
+
     /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent
     /// again, so a broken one is read again.
     pub(super) fn discard_rings(sh: &mut Shell, qp: &QpInner) {

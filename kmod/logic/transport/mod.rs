@@ -30,9 +30,13 @@ mod selective;
 mod timer;
 mod wqe;
 
-// The round-trip estimate's floor: for the host tests.
 pub use self::responder::Resource;
+// Responder resources by `max_dest_rd_atomic`: used by the verbs shell (rrxe.ko), not by
+// rrxe_selftest.ko.
+#[allow(unused_imports)]
+pub use self::responder::resources_for;
 pub use self::selective::PeerMode;
+// The round-trip estimate's floor: for the host tests.
 #[allow(unused_imports)]
 pub use self::timer::RTO_MIN_US;
 // The replay budget's refill period: for the host tests (the shell only supplies the clock).
@@ -175,6 +179,9 @@ pub struct Details {
     pub writes_ahead: u32,
     /// Whether the peer places WRITE packets past a gap, as learnt so far.
     pub peer: PeerMode,
+    /// Responder resources there is storage for ([`resources_for`] the largest
+    /// `max_dest_rd_atomic` set so far).
+    pub resp_resources: u32,
 }
 
 /// The per-QP configuration the engine runs with (a copy of the committed QP attributes).
@@ -460,14 +467,14 @@ where
 {
     /// An engine in RESET over private storage: `slots` holds `meta.len()` send slots of
     /// `slot_size` bytes (`meta.len()` a power of two); `res` holds the responder resources
-    /// (at least one; `max_dest_rd_atomic` beyond `res.len()` is capped to it).
+    /// (possibly none: [`Engine::grow_resources`] adds storage; `max_dest_rd_atomic` beyond
+    /// `res.len()` is capped to it).
     pub fn new(cfg: Config, slots: B, meta: M, res: R, slot_size: usize) -> Option<Self> {
         let n = meta.len();
         if n == 0
             || !n.is_power_of_two()
             || slots.len() < n * slot_size
             || slot_size < size_of::<SendWqe>()
-            || res.is_empty()
         {
             return None;
         }
@@ -629,6 +636,7 @@ where
             reads_ahead: self.req.ahead.count(),
             writes_ahead: self.resp.ahead.count(),
             peer: self.req.peer,
+            resp_resources: self.resource_storage() as u32,
         }
     }
 

@@ -298,11 +298,8 @@ pub(super) fn create(
         cfg,
         KVVec::from_elem(0u8, slots * slot_size, GFP_KERNEL_ACCOUNT)?,
         KVVec::from_elem(SqEntry::default(), slots, GFP_KERNEL_ACCOUNT)?,
-        KVVec::from_elem(
-            tp::Resource::default(),
-            lim::MAX_QP_RD_ATOM as usize,
-            GFP_KERNEL_ACCOUNT,
-        )?,
+        // No responder resources until a modify asks for them (`RrxeQp::modify`).
+        KVVec::new(),
         slot_size,
     )
     .ok_or(EINVAL)?;
@@ -473,6 +470,7 @@ pub(super) fn res(qp: &RrxeQp, t: &mut ResTable) -> Result {
     t.hex(c_str!("acked_psn"), d.acked_psn)?;
     t.hex(c_str!("rq_psn"), r.rq_psn)?;
     t.u32(c_str!("rd_atomic"), d.rd_atomic)?;
+    t.u32(c_str!("resp_resources"), d.resp_resources)?;
     t.u32(c_str!("retry_left"), u32::from(d.retry_left))?;
     t.u32(c_str!("rnr_retry_left"), u32::from(d.rnr_left))?;
     t.u32(c_str!("timer_backoff"), u32::from(d.backoff))?;

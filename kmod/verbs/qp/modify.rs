@@ -9,6 +9,7 @@ use crate::logic::{
     limits as lim,
     qp_attr::{self, ModifyRequest, PortInfo},
     qp_state::{AttrMask, QpCurrent, QpState},
+    transport as tp,
 };
 use crate::verbs::{av, device::Rrxe, errno};
 use kernel::prelude::*;
@@ -85,6 +86,15 @@ impl RrxeQp {
                 (true, true),
             );
             return Ok(());
+        }
+        // Storage for the responder resources `max_dest_rd_atomic` asks for, allocated before
+        // anything is committed (a refused allocation changes nothing); kept, never shrunk.
+        if let Some(n) = v.max_dest_rd_atomic {
+            let want = tp::resources_for(n);
+            if want > self.inner.resource_storage() {
+                let new = KVVec::from_elem(tp::Resource::default(), want, GFP_KERNEL_ACCOUNT)?;
+                drop(self.inner.grow_resources(new));
+            }
         }
         // Commit every attribute the request carried (validated above).
         macro_rules! commit {

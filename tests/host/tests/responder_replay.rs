@@ -491,3 +491,107 @@ fn time_gives_replays_back() {
     assert_eq!(answered, 8 * PKTS as usize);
     assert_eq!(p.b.state(), QpState::Rts);
 }
+
+// ---- issue 30: responder resources are allocated when a modify asks for them ----
+
+/// A pair whose B has storage for `n` responder resources (B's `max_dest_rd_atomic` is 4).
+fn pair_with_b_resources(n: usize) -> Pair {
+    let mut p = Pair::new(QpType::Rc, MTU);
+    p.sb = Side::default();
+    p.b = engine_with_resources(cfg(QpType::Rc, 18, 17, MTU), n);
+    Pair::connect(&mut p.b, &mut p.sb);
+    p.sb.mr(
+        0x100,
+        0x1000_0000,
+        4 << 20,
+        access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+    );
+    p
+}
+
+/// A's `i`-th READ request (of `PKTS` packets, from 0x1000_0000 + 64 KiB * i of B).
+fn read_request(p: &mut Pair, i: u64) -> Vec<u8> {
+    let (w, sge) = read_wr(
+        i + 1,
+        0x1000_0000 + (i << 16),
+        0x2000_0000 + (i << 16),
+        PKTS * MTU,
+    );
+    p.post_send(w, &[sge], &[]);
+    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
+    let mut reqs: Vec<Vec<u8>> = p.sa.out.drain(..).map(|(b, _)| b).collect();
+    assert_eq!(reqs.len(), 1);
+    reqs.remove(0)
+}
+
+#[test]
+fn a_responder_with_no_resource_storage_refuses_reads() {
+    // A QP is created with no storage (the shell allocates it when a modify sets
+    // max_dest_rd_atomic): until then a READ finds no room, as with max_dest_rd_atomic 0.
+    let mut p = pair_with_b_resources(0);
+    assert_eq!(p.b.resource_storage(), 0);
+    let r = read_request(&mut p, 0);
+    to_b(&mut p, &r, 100_000);
+    assert_eq!(
+        from_b(&mut p),
+        vec![(Operation::Acknowledge, r_psn(&r), true)]
+    );
+}
+
+fn r_psn(req: &[u8]) -> u32 {
+    Packet::parse(req).unwrap().bth().psn.get()
+}
+
+#[test]
+fn growing_the_resource_storage_keeps_every_resource_in_use() {
+    // Storage for 2 while max_dest_rd_atomic is 4: the third READ takes the first one's
+    // resource, so the ring's oldest is at index 1. Grown to resources_for(4) = 4, the two
+    // kept READs are still answered from their resources when duplicated, in their order,
+    // and a fourth READ no longer evicts the second.
+    let mut p = pair_with_b_resources(2);
+    let reqs: Vec<Vec<u8>> = (0..3).map(|i| read_request(&mut p, i)).collect();
+    for r in &reqs {
+        to_b(&mut p, r, 100_000);
+    }
+    assert_eq!(responses_from_b(&mut p), 3 * PKTS as usize);
+    assert_eq!(resources_for(4), 4);
+    let old =
+        p.b.grow_resources(vec![Resource::default(); resources_for(4)]);
+    assert_eq!((old.len(), p.b.resource_storage()), (2, 4));
+    // Not larger: the offered storage comes back and nothing changes.
+    assert_eq!(p.b.grow_resources(vec![Resource::default(); 3]).len(), 3);
+    assert_eq!(p.b.resource_storage(), 4);
+    for r in &reqs[1..] {
+        to_b(&mut p, r, 100_000);
+        assert_eq!(responses_from_b(&mut p), PKTS as usize);
+    }
+    let fourth = read_request(&mut p, 3);
+    to_b(&mut p, &fourth, 100_000);
+    assert_eq!(responses_from_b(&mut p), PKTS as usize);
+    to_b(&mut p, &reqs[1], 100_000);
+    assert_eq!(
+        responses_from_b(&mut p),
+        PKTS as usize,
+        "the second READ was evicted"
+    );
+    assert_eq!(p.sb.stat(Stat::ErrNaksSent), 0);
+    assert_eq!(p.b.state(), QpState::Rts);
+}
+
+#[test]
+fn resources_are_sized_as_rdma_rxe_sizes_them() {
+    let want = [
+        (0, 0),
+        (1, 1),
+        (2, 2),
+        (3, 4),
+        (5, 8),
+        (16, 16),
+        (100, 128),
+        (128, 128),
+        (255, 128),
+    ];
+    for (n, r) in want {
+        assert_eq!(resources_for(n), r, "max_dest_rd_atomic {n}");
+    }
+}

@@ -463,11 +463,17 @@ pub fn cfg(t: QpType, qpn: u32, dest: u32, mtu: u32) -> Config {
 }
 
 pub fn engine(c: Config) -> Eng {
+    engine_with_resources(c, 16)
+}
+
+/// An engine in RESET with storage for `n` responder resources (the shell starts with none
+/// and grows it when a modify sets `max_dest_rd_atomic`).
+pub fn engine_with_resources(c: Config, n: usize) -> Eng {
     Eng::new(
         c,
         vec![0; SLOTS * SLOT_SIZE],
         vec![SqEntry::default(); SLOTS],
-        vec![Resource::default(); 16],
+        vec![Resource::default(); n],
         SLOT_SIZE,
     )
     .unwrap()
@@ -503,15 +509,9 @@ impl Pair {
             longest_loss_run: 0,
         };
         for (e, s) in [(&mut p.a, &mut p.sa), (&mut p.b, &mut p.sb)] {
-            // Two rrxe ends place WRITE packets past a gap for each other (the default);
-            // tests of a go-back-N peer turn it off (`Engine::set_place_ahead`).
-            e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
-            // The whole window from the start, as over loopback; the initial window's own
-            // tests (`congestion_window.rs`) set `INITIAL_WINDOW`.
-            e.set_initial_window(RC_WINDOW);
-            for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
-                e.set_state(s, st, false);
-            }
+            Self::connect(e, s);
+        }
+        for s in [&mut p.sa, &mut p.sb] {
             s.mr(
                 0x100,
                 0x1000_0000,
@@ -524,6 +524,19 @@ impl Pair {
             s.mr(0x200, 0x2000_0000, 4 << 20, access::LOCAL_WRITE);
         }
         p
+    }
+
+    /// Brings a fresh engine to RTS the way [`Pair::with`] brings both ends there.
+    pub fn connect(e: &mut Eng, s: &mut Side) {
+        // Two rrxe ends place WRITE packets past a gap for each other (the default); tests of
+        // a go-back-N peer turn it off (`Engine::set_place_ahead`).
+        e.set_psns(Some(0xff_fff0), Some(0xff_fff0));
+        // The whole window from the start, as over loopback; the initial window's own tests
+        // (`congestion_window.rs`) set `INITIAL_WINDOW`.
+        e.set_initial_window(RC_WINDOW);
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            e.set_state(s, st, false);
+        }
     }
 
     /// Moves both ends' clocks on by `us` microseconds.
