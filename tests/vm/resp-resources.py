@@ -9,6 +9,10 @@
 #   3. 16 READs outstanding at once from the client, every byte checked;
 #   4. the server back to RESET and up again with max_dest_rd_atomic 1: still 16;
 #   5. 16 READs again.
+# With --mtu4096 NETDEV instead: a QP's scratch packet is sized by its MTU (1,088 bytes at the
+# default 1024) and grown by the modify that raises the path MTU: NETDEV's MTU goes to 9000
+# (the port's active MTU to 4096), a fresh pair connects at path MTU 4096, and 64 KiB of WRITE,
+# READ and SEND move in full 4096-byte packets, every byte checked; NETDEV's MTU is restored.
 # Prints one line per step and "resp-resources: ok"; exits 1 on the first failure.
 import argparse
 import re
@@ -23,7 +27,7 @@ from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from pyverbs.wr import SGE, SendWR
+from pyverbs.wr import SGE, RecvWR, SendWR
 
 READS = 16
 CHUNK = 4096
@@ -68,10 +72,90 @@ def expect(step, dev, want):
     print(f"resp-resources: {step}: {got}", flush=True)
 
 
+def mtu4096(dev, netdev):
+    """Full 4096-byte packets from QPs created at the default MTU and moved to 4096."""
+    subprocess.run(["ip", "link", "set", netdev, "mtu", "9000"], check=True)
+    try:
+        ctx = Context(name=dev)
+        end = time.time() + 10
+        while ctx.query_port(1).active_mtu != e.IBV_MTU_4096:
+            if time.time() > end:
+                die(f"{netdev} at MTU 9000: active_mtu {ctx.query_port(1).active_mtu}")
+            time.sleep(0.2)
+        pd = PD(ctx)
+        cq = CQ(ctx, 16)
+        gi = gid_index(ctx)
+        size = 65536
+        qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
+                                 cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+               for _ in range(2)]
+        for q, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
+            a = QPAttr(port_num=1)
+            a.qp_access_flags = ACCESS
+            a.dest_qp_num = peer.qp_num
+            a.path_mtu = e.IBV_MTU_4096
+            a.max_dest_rd_atomic = 1
+            a.max_rd_atomic = 1
+            a.min_rnr_timer = 1
+            a.timeout = 14
+            a.retry_cnt = 7
+            a.rnr_retry = 7
+            gr = GlobalRoute(dgid=ctx.query_gid(1, gi), sgid_index=gi)
+            a.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
+            q.to_rts(a)
+        src = MR(pd, size, ACCESS)
+        dst = MR(pd, size, ACCESS)
+        back = MR(pd, size, ACCESS)
+
+        def wait(what):
+            end = time.time() + 60
+            while True:
+                if time.time() > end:
+                    die(f"MTU 4096: {what}: no completion in 60 s")
+                n, wcs = cq.poll(1)
+                if n:
+                    if wcs[0].status != e.IBV_WC_SUCCESS:
+                        die(f"MTU 4096: {what}: status {wcs[0].status}")
+                    return
+
+        data = bytes((i * 29 + 7) & 0xff for i in range(size))
+        src.write(data, size)
+        wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(src.buf, size, src.lkey)])
+        wr.set_wr_rdma(dst.rkey, dst.buf)
+        qps[0].post_send(wr)
+        wait("WRITE")
+        if dst.read(size, 0) != data:
+            die("MTU 4096: WRITE data differs")
+        wr = SendWR(opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(back.buf, size, back.lkey)])
+        wr.set_wr_rdma(dst.rkey, dst.buf)
+        qps[0].post_send(wr)
+        wait("READ")
+        if back.read(size, 0) != data:
+            die("MTU 4096: READ data differs")
+        back.write(bytes(size), size)
+        qps[1].post_recv(RecvWR(num_sge=1, sg=[SGE(back.buf, size, back.lkey)]))
+        qps[0].post_send(SendWR(opcode=e.IBV_WR_SEND, num_sge=1,
+                                sg=[SGE(src.buf, size, src.lkey)]))
+        wait("SEND")
+        wait("SEND's receive")
+        if back.read(size, 0) != data:
+            die("MTU 4096: SEND data differs")
+        print(f"resp-resources: path MTU 4096: {size} bytes by WRITE, READ and SEND ok",
+              flush=True)
+    finally:
+        subprocess.run(["ip", "link", "set", netdev, "mtu", "1500"], check=False)
+    print("resp-resources: ok", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dev", required=True)
-    dev = ap.parse_args().dev
+    ap.add_argument("--mtu4096", metavar="NETDEV")
+    args = ap.parse_args()
+    dev = args.dev
+    if args.mtu4096:
+        mtu4096(dev, args.mtu4096)
+        return
     ctx = Context(name=dev)
     pd = PD(ctx)
     cq = CQ(ctx, 4 * READS)

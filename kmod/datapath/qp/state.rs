@@ -231,7 +231,9 @@ pub(crate) struct QpRes {
 
 impl QpInner {
     pub(crate) fn new(p: QpParts) -> Result<impl PinInit<Self, Error>> {
-        let scratch = KVec::from_elem(0u8, tp::MAX_PKT, GFP_KERNEL)?;
+        // Room for a packet of the MTU the engine starts with; a modify to a larger path MTU
+        // grows it first (`QpInner::fit_scratch`).
+        let scratch = KVec::from_elem(0u8, tp::packet_room(p.eng.config().mtu), GFP_KERNEL)?;
         let sh = Shell {
             path: None,
             sq_cons: 0,
@@ -437,6 +439,24 @@ impl QpInner {
     /// it); returns the storage not kept, to be freed by the caller outside the lock.
     pub(crate) fn grow_resources(&self, new: KVVec<Resource>) -> KVVec<Resource> {
         with_bh_disabled(|| self.st.lock().eng.grow_resources(new))
+    }
+
+    /// Makes the scratch packet at least `len` bytes (before a modify lets the engine run
+    /// with a larger MTU; it is never shrunk). Process context: may allocate.
+    pub(crate) fn fit_scratch(&self, len: usize) -> Result {
+        if with_bh_disabled(|| self.st.lock().scratch.len()) >= len {
+            return Ok(());
+        }
+        let mut new = KVec::from_elem(0u8, len, GFP_KERNEL)?;
+        with_bh_disabled(|| {
+            let mut d = self.st.lock();
+            if d.scratch.len() < new.len() {
+                core::mem::swap(&mut d.scratch, &mut new);
+            }
+        });
+        // The old buffer (or the new one, had another modify been first) is freed here.
+        drop(new);
+        Ok(())
     }
 
     /// Discards everything posted to the rings (the QP went to RESET); the rings are consistent

@@ -143,7 +143,14 @@ pub const HOLE_AFTER: u32 = 8;
 /// asking every [`ACK_REQ_EVERY`] packets never waits this long between asks.
 pub const ACK_POLL_US: u64 = 8_000;
 /// Bytes a packet (BTH .. ICRC) can take: headers, a 4096-byte payload, pad and ICRC.
-pub const MAX_PKT: usize = 4096 + 64;
+pub const MAX_PKT: usize = packet_room(4096);
+
+/// Bytes a packet (BTH .. ICRC) of a QP whose MTU is `mtu` can take: its payload, at most
+/// 64 bytes of transport headers, pad and ICRC. The shell sizes a QP's scratch packet with it.
+pub const fn packet_room(mtu: u32) -> usize {
+    let payload = if mtu < 4096 { mtu } else { 4096 };
+    payload as usize + 64
+}
 
 /// A QP's transport state for diagnostics (`rdma resource show qp -dd`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

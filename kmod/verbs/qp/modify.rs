@@ -72,6 +72,15 @@ impl RrxeQp {
             srq_sge,
             local_ops: self.kernel,
         };
+        // Room for a packet of the MTU the engine will run with (a datagram QP's is the port's
+        // now, a connected one's its path MTU), allocated before anything is committed; kept,
+        // never shrunk.
+        let mtu = if self.qp_type.is_datagram() {
+            port.active_mtu
+        } else {
+            v.path_mtu.unwrap_or(a.path_mtu)
+        };
+        self.inner.fit_scratch(tp::packet_room(mtu.bytes()))?;
         if v.next_state == QpState::Reset && a.state != QpState::Reset {
             // Back to RESET: the QP is as created, its queues emptied.
             *a = QpAttrs::reset();
