@@ -20,7 +20,7 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
+import vmverbs
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
@@ -76,34 +76,8 @@ def expect(step, got, want):
         print(f"odp-invalidate: {step}: {len(want)} bytes ok", flush=True)
 
 
-def gid_index(ctx):
-    best = None
-    for i in range(16):
-        try:
-            g = str(ctx.query_gid(1, i))
-        except Exception:
-            continue
-        if g.replace(":", "").strip("0") == "":
-            continue
-        if "ffff:" in g:
-            return i
-        best = i if best is None else best
-    return best if best is not None else 0
-
-
 def poll(cq, n=1, timeout=30.0):
-    end = time.time() + timeout
-    got = []
-    while len(got) < n:
-        if time.time() > end:
-            sys.exit(f"odp-invalidate: timed out waiting for {n} completions (got {len(got)})")
-        nc, wcs = cq.poll(n - len(got))
-        for wc in wcs[:nc]:
-            if wc.status != e.IBV_WC_SUCCESS:
-                sys.exit(f"odp-invalidate: completion {wc.wr_id} status {wc.status} "
-                         f"opcode {wc.opcode}")
-            got.append(wc)
-    return got
+    return vmverbs.poll(cq, n, "odp-invalidate", timeout)
 
 
 def main():
@@ -113,8 +87,7 @@ def main():
     ctx = Context(name=a.dev)
     pd = PD(ctx)
     cq = CQ(ctx, 64)
-    gi = gid_index(ctx)
-    port_attr = ctx.query_port(1)
+    gi = vmverbs.gid_index(ctx)
 
     def mkqp():
         qa = QPAttr(port_num=1)
@@ -126,22 +99,7 @@ def main():
 
     cli, srv = mkqp(), mkqp()
     for q, peer in ((cli, srv), (srv, cli)):
-        attr = QPAttr(port_num=1)
-        attr.qp_access_flags = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
-                                e.IBV_ACCESS_REMOTE_READ)
-        attr.dest_qp_num = peer.qp_num
-        attr.path_mtu = e.IBV_MTU_1024
-        attr.max_dest_rd_atomic = 4
-        attr.max_rd_atomic = 4
-        attr.min_rnr_timer = 1
-        attr.rq_psn = 0
-        attr.sq_psn = 0
-        attr.timeout = 14
-        attr.retry_cnt = 7
-        attr.rnr_retry = 7
-        gr = GlobalRoute(dgid=ctx.query_gid(1, gi), sgid_index=gi)
-        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr, dlid=port_attr.lid)
-        q.to_rts(attr)
+        q.to_rts(vmverbs.rc_attr(ctx, gi, peer))
 
     src = anon()
     dst = anon()

@@ -77,18 +77,7 @@ fn responses_from_b(p: &mut Pair) -> usize {
 /// B); B answered them in full (the answers are dropped). Returns the requests as A sent them.
 fn reads_answered(reads: u64) -> (Pair, Vec<Vec<u8>>) {
     let mut p = Pair::new(QpType::Rc, MTU);
-    for i in 0..reads {
-        let (w, sge) = read_wr(
-            i + 1,
-            0x1000_0000 + (i << 16),
-            0x2000_0000 + (i << 16),
-            PKTS * MTU,
-        );
-        p.post_send(w, &[sge], &[]);
-    }
-    p.a.run_requester(&mut p.sa, &mut p.scratch, 64);
-    let reqs: Vec<Vec<u8>> = p.sa.out.drain(..).map(|(b, _)| b).collect();
-    assert_eq!(reqs.len(), reads as usize);
+    let reqs: Vec<Vec<u8>> = (0..reads).map(|i| read_request(&mut p, i)).collect();
     for r in &reqs {
         to_b(&mut p, r, 100_000);
     }
